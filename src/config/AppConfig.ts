@@ -1,0 +1,287 @@
+/**
+ * AppConfig: everything crm-sync is told about its world — CRM connections, webhook endpoints,
+ * schedules, budget shares and tuning — from the JSON file named by `CRM_SYNC_CONFIG` with
+ * environment variables laid over it (env wins). The single-connection case needs no file at all.
+ *
+ * The merged document is decoded with Schema. A bad value fails with a `ConfigInvalid` naming
+ * the key and what is wrong, in one line; `main.ts` prints it and exits 2. Tokens, client
+ * secrets, signing secrets, the encryption key and the database URL are `Redacted` from the
+ * moment they are decoded, so no log line, error or `status` output can show them.
+ */
+import { Config, Context, Duration, Effect, Layer, Option, Redacted, Schema, SchemaIssue } from "effect"
+import { existsSync, readFileSync } from "node:fs"
+
+export class ConfigInvalid extends Schema.TaggedError<ConfigInvalid>()("ConfigInvalid", {
+  key: Schema.String,
+  message: Schema.String
+}) {
+  /** The one line printed before exiting with code 2. */
+  get line(): string {
+    return `config: ${this.key}: ${this.message}`
+  }
+}
+
+const Secret = Schema.RedactedFromValue(Schema.NonEmptyString)
+
+const PositiveInt = Schema.Int.check(Schema.isGreaterThan(0))
+const Share = Schema.Finite.check(Schema.isBetween({ minimum: 0, maximum: 1 }))
+
+/** A duration such as "5 minutes", "6 hours", "30 seconds" (Duration.fromInput's forms). */
+const DurationString = Schema.DurationFromString
+
+const withDefault = <S extends Schema.Top>(schema: S, value: S["Encoded"]) =>
+  schema.pipe(Schema.withDecodingDefaultKey(Effect.succeed(value)))
+
+const Limits = Schema.Struct({
+  token: Schema.optionalKey(PositiveInt),
+  company: Schema.optionalKey(PositiveInt),
+  ip: Schema.optionalKey(PositiveInt),
+  window: Schema.optionalKey(DurationString)
+})
+
+const OAuth = Schema.Struct({
+  client_id: Schema.NonEmptyString,
+  client_secret: Secret,
+  auth_url: Schema.URLFromString,
+  token_url: Schema.URLFromString,
+  redirect_uri: withDefault(Schema.String, "http://127.0.0.1:8765/callback"),
+  scope: Schema.optionalKey(Schema.String),
+  company_id: Schema.optionalKey(Schema.String)
+})
+
+export const CredentialKind = Schema.Literals(["personal", "oauth"])
+export type CredentialKind = typeof CredentialKind.Type
+
+export const Connection = Schema.Struct({
+  name: Schema.String.check(Schema.isPattern(/^[a-z0-9][a-z0-9_-]{0,62}$/, { message: "use a-z, 0-9, _ and -" })),
+  base_url: Schema.URLFromString,
+  credential: CredentialKind,
+  /** The personal access token; for OAuth, tokens come from `crm-sync connect` instead. */
+  token: Schema.optionalKey(Secret),
+  oauth: Schema.optionalKey(OAuth),
+  /** Overrides of spec §8's limits for this connection's credential kind. */
+  limits: withDefault(Limits, {}),
+  /** Label of the per-IP bucket: connections leaving through the same address share one. */
+  egress: withDefault(Schema.NonEmptyString, "default"),
+  /** Label of the per-company/per-app bucket (default: the OAuth client id, else the connection name). */
+  company_bucket: Schema.optionalKey(Schema.NonEmptyString),
+  request_timeout: withDefault(DurationString, "30 seconds")
+}).check(
+  Schema.makeFilter((connection) =>
+    connection.credential === "personal" && connection.token === undefined
+      ? { path: ["token"], issue: "a personal connection needs a token (or CRM_TOKEN)" }
+      : connection.credential === "oauth" && connection.oauth === undefined && connection.token === undefined
+        ? { path: ["oauth"], issue: "an oauth connection needs oauth settings or a token" }
+        : undefined
+  )
+)
+export type Connection = typeof Connection.Type
+
+export const WebhookEndpoint = Schema.Struct({
+  name: Schema.String.check(Schema.isPattern(/^[a-z0-9][a-z0-9_-]{0,62}$/, { message: "use a-z, 0-9, _ and -" })),
+  /** Several at once during a rotation: a delivery signed by any of them is accepted. */
+  secrets: Schema.NonEmptyArray(Secret),
+  /** Required for events that carry no `event_type` (client.created, client.updated, prospect.created). */
+  event_type: Schema.optionalKey(Schema.NonEmptyString),
+  connection: Schema.optionalKey(Schema.String)
+})
+export type WebhookEndpoint = typeof WebhookEndpoint.Type
+
+const Webhooks = Schema.Struct({
+  endpoints: withDefault(Schema.Array(WebhookEndpoint), []),
+  tolerance: withDefault(DurationString, "5 minutes"),
+  max_body_bytes: withDefault(PositiveInt, 262_144),
+  max_attempts: withDefault(PositiveInt, 10),
+  retention: withDefault(DurationString, "14 days")
+})
+
+const Schedules = Schema.Struct({
+  businesses: withDefault(DurationString, "5 minutes"),
+  crawl: withDefault(DurationString, "6 hours"),
+  reference: withDefault(DurationString, "24 hours"),
+  reconcile: withDefault(Schema.String, "0 3 * * *"),
+  prune: withDefault(DurationString, "1 hour")
+})
+
+const Budget = Schema.Struct({
+  /** Share of each window that bulk work (crawls, backfill, reconcile) leaves for the others. */
+  reserve_interactive: withDefault(Share, 0.1),
+  reserve_incremental: withDefault(Share, 0.1),
+  /** Share of a window a reconciliation run may spend. */
+  reconcile_share: withDefault(Share, 0.25),
+  /** Requests are not started this close to a window's end (clock skew with the CRM). */
+  safety_margin: withDefault(DurationString, "2 seconds")
+})
+
+const Sync = Schema.Struct({
+  /** A crawl that would delete more than this share of a resource at once deletes nothing. */
+  deletion_threshold: withDefault(Share, 0.1),
+  /** How far behind the cursor a poll starts again (equal timestamps, clock skew, late commits). */
+  poll_lookback: withDefault(DurationString, "5 minutes")
+})
+
+const Outbound = Schema.Struct({
+  max_attempts: withDefault(PositiveInt, 8)
+})
+
+export const ConfigDocument = Schema.Struct({
+  database_url: Schema.optionalKey(Secret),
+  data_dir: withDefault(Schema.NonEmptyString, ".crm-sync"),
+  encryption_key: Schema.optionalKey(Secret),
+  webhook_port: withDefault(Schema.Int.check(Schema.isBetween({ minimum: 0, maximum: 65535 })), 8080),
+  log_level: withDefault(Schema.Literals(["debug", "info", "warn", "error"]), "info"),
+  connections: withDefault(Schema.Array(Connection), []),
+  webhooks: withDefault(Webhooks, {}),
+  schedules: withDefault(Schedules, {}),
+  budget: withDefault(Budget, {}),
+  sync: withDefault(Sync, {}),
+  outbound: withDefault(Outbound, {})
+}).check(
+  Schema.makeFilter((document) => {
+    const seen = new Set<string>()
+    for (const [index, connection] of document.connections.entries()) {
+      if (seen.has(connection.name)) return { path: ["connections", index, "name"], issue: "duplicate name" }
+      seen.add(connection.name)
+    }
+    const endpoints = new Set<string>()
+    for (const [index, endpoint] of document.webhooks.endpoints.entries()) {
+      if (endpoints.has(endpoint.name))
+        return { path: ["webhooks", "endpoints", index, "name"], issue: "duplicate name" }
+      endpoints.add(endpoint.name)
+    }
+    return undefined
+  })
+)
+export type ConfigDocument = typeof ConfigDocument.Type
+
+export interface AppConfigShape extends ConfigDocument {
+  /** Where the settings came from, for `status`. */
+  readonly origin: string
+}
+
+/** Environment variables of the contract; each overrides the matching key of the file. */
+const Env = Config.all({
+  file: Config.option(Config.String("CRM_SYNC_CONFIG")),
+  databaseUrl: Config.option(Config.String("DATABASE_URL")),
+  dataDir: Config.option(Config.String("CRM_SYNC_DATA_DIR")),
+  encryptionKey: Config.option(Config.String("CRM_SYNC_ENCRYPTION_KEY")),
+  webhookPort: Config.option(Config.String("WEBHOOK_PORT")),
+  logLevel: Config.option(Config.String("LOG_LEVEL")),
+  baseUrl: Config.option(Config.String("CRM_BASE_URL")),
+  token: Config.option(Config.String("CRM_TOKEN")),
+  tokenKind: Config.option(Config.String("CRM_TOKEN_KIND")),
+  webhookSecret: Config.option(Config.String("CRM_WEBHOOK_SECRET"))
+})
+
+type Json = Record<string, unknown>
+
+const isRecord = (value: unknown): value is Json => typeof value === "object" && value !== null && !Array.isArray(value)
+
+/** Lays the environment over the file's document (env wins), before any decoding. */
+export const mergeEnv = (file: Json, env: typeof Env extends Config.Config<infer A> ? A : never): Json => {
+  const document: Json = { ...file }
+  const set = (key: string, value: Option.Option<string>, as: (raw: string) => unknown = (raw) => raw) => {
+    if (Option.isSome(value) && value.value !== "") document[key] = as(value.value)
+  }
+  set("database_url", env.databaseUrl)
+  set("data_dir", env.dataDir)
+  set("encryption_key", env.encryptionKey)
+  set("webhook_port", env.webhookPort, (raw) => (/^\d+$/.test(raw) ? Number(raw) : raw))
+  set("log_level", env.logLevel)
+
+  const hasConnectionEnv = [env.baseUrl, env.token, env.tokenKind].some(Option.isSome)
+  if (hasConnectionEnv) {
+    const connections = Array.isArray(document.connections) ? [...document.connections] : []
+    const first: Json = isRecord(connections[0]) ? { ...connections[0] } : { name: "default" }
+    if (Option.isSome(env.baseUrl)) first.base_url = env.baseUrl.value
+    if (Option.isSome(env.token)) first.token = env.token.value
+    if (Option.isSome(env.tokenKind)) first.credential = env.tokenKind.value
+    else if (first.credential === undefined) first.credential = "personal"
+    connections[0] = first
+    document.connections = connections
+  }
+  if (Option.isSome(env.webhookSecret) && env.webhookSecret.value !== "") {
+    // CRM_WEBHOOK_SECRET alone: one endpoint, POST /webhooks/default, for every event with event_type.
+    const webhooks: Json = isRecord(document.webhooks) ? { ...document.webhooks } : {}
+    const endpoints = Array.isArray(webhooks.endpoints) ? [...webhooks.endpoints] : []
+    const index = endpoints.findIndex((endpoint) => isRecord(endpoint) && endpoint.name === "default")
+    const endpoint: Json = index >= 0 ? { ...(endpoints[index] as Json) } : { name: "default" }
+    endpoint.secrets = [env.webhookSecret.value]
+    if (index >= 0) endpoints[index] = endpoint
+    else endpoints.push(endpoint)
+    webhooks.endpoints = endpoints
+    document.webhooks = webhooks
+  }
+  return document
+}
+
+const formatPath = (path: ReadonlyArray<PropertyKey>) =>
+  path.reduce<string>(
+    (out, segment) =>
+      typeof segment === "number" ? `${out}[${segment}]` : out === "" ? String(segment) : `${out}.${String(segment)}`,
+    ""
+  ) || "(document)"
+
+const standardFormatter = SchemaIssue.makeFormatterStandardSchemaV1()
+
+/** Decodes a merged document; the first problem becomes one line naming its key. */
+export const decodeDocument = (input: unknown): Effect.Effect<ConfigDocument, ConfigInvalid> =>
+  Schema.decodeUnknownEffect(ConfigDocument)(input, { errors: "first", onExcessProperty: "error" }).pipe(
+    Effect.mapError((error) => {
+      const first = standardFormatter(error.issue).issues[0]
+      const path = (first?.path ?? []).map((segment) =>
+        typeof segment === "object" && segment !== null && "key" in segment ? segment.key : segment
+      ) as ReadonlyArray<PropertyKey>
+      return new ConfigInvalid({
+        key: formatPath(path),
+        message: (first?.message ?? error.message).replace(/\s+/g, " ")
+      })
+    })
+  )
+
+const readFile = (path: string) =>
+  Effect.try({
+    try: () => {
+      if (!existsSync(path)) throw new Error("no such file")
+      return JSON.parse(readFileSync(path, "utf8")) as unknown
+    },
+    catch: (cause) =>
+      new ConfigInvalid({
+        key: "CRM_SYNC_CONFIG",
+        message: `cannot read ${path}: ${cause instanceof Error ? cause.message : String(cause)}`
+      })
+  }).pipe(
+    Effect.filterOrFail(
+      isRecord,
+      () => new ConfigInvalid({ key: "CRM_SYNC_CONFIG", message: `${path} is not a JSON object` })
+    )
+  )
+
+export class AppConfig extends Context.Service<AppConfig, AppConfigShape>()("crm-sync/config/AppConfig") {
+  /** Reads CRM_SYNC_CONFIG (if set) and the environment through the current ConfigProvider. */
+  static readonly load = Effect.gen(function* () {
+    const env = yield* Env.pipe(
+      Effect.mapError((error) => new ConfigInvalid({ key: "environment", message: error.message }))
+    )
+    const file = Option.isSome(env.file) && env.file.value !== "" ? yield* readFile(env.file.value) : {}
+    const document = yield* decodeDocument(mergeEnv(file, env))
+    const origin = Option.isSome(env.file) && env.file.value !== "" ? `${env.file.value} + environment` : "environment"
+    return AppConfig.of({ ...document, origin })
+  })
+
+  static readonly layer = Layer.effect(AppConfig, AppConfig.load)
+
+  /** A config for tests and the demo, decoded from a literal document (defaults applied). */
+  static readonly layerFrom = (document: Json) =>
+    Layer.effect(
+      AppConfig,
+      Effect.map(decodeDocument(document), (decoded) => AppConfig.of({ ...decoded, origin: "inline" }))
+    )
+}
+
+export const connectionByName = (config: AppConfigShape, name: string) =>
+  config.connections.find((connection) => connection.name === name)
+
+export const durationMillis = (duration: Duration.Duration) => Duration.toMillis(duration)
+
+export const redactedValue = Redacted.value
