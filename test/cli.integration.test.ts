@@ -1,0 +1,73 @@
+/**
+ * The command line as a user meets it: a real `node src/main.ts` process, its output and its
+ * exit code.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { Effect } from "effect"
+import { spawnSync } from "node:child_process"
+import { mkdtempSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { freshDatabase } from "./support/TestDatabase.ts"
+
+const main = new URL("../src/main.ts", import.meta.url).pathname
+
+const cli = (args: ReadonlyArray<string>, env: Record<string, string> = {}) => {
+  const result = spawnSync(process.execPath, [main, ...args], {
+    encoding: "utf8",
+    env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "", ...env },
+    timeout: 60_000
+  })
+  return { code: result.status, stdout: result.stdout, stderr: result.stderr }
+}
+
+describe("crm-sync CLI", () => {
+  it("--help lists the commands", () => {
+    const { code, stdout } = cli(["--help"])
+    assert.strictEqual(code, 0)
+    for (const command of ["migrate", "status"]) assert.match(stdout, new RegExp(`^\\s+${command}\\s`, "m"))
+  })
+
+  it("a bad config value prints one line naming the key and exits 2", () => {
+    const { code, stderr } = cli(["status"], { WEBHOOK_PORT: "eighty" })
+    assert.strictEqual(code, 2)
+    assert.strictEqual(stderr.trim().split("\n").length, 1)
+    assert.match(stderr, /^config: webhook_port: /)
+  })
+
+  it("an unknown command exits 2", () => {
+    assert.strictEqual(cli(["frobnicate"]).code, 2)
+  })
+
+  it.effect("migrate applies every migration once; a second run changes nothing; status --json reports", () =>
+    Effect.gen(function* () {
+      const url = yield* freshDatabase
+      const first = cli(["migrate"], { DATABASE_URL: url })
+      assert.strictEqual(first.code, 0, first.stderr)
+      assert.match(first.stdout, /applied \d+ migration/)
+      const second = cli(["migrate"], { DATABASE_URL: url })
+      assert.strictEqual(second.code, 0, second.stderr)
+      assert.match(second.stdout, /up to date/)
+      const status = cli(["status", "--json"], { DATABASE_URL: url })
+      assert.strictEqual(status.code, 0, status.stderr)
+      const report = JSON.parse(status.stdout)
+      assert.strictEqual(report.database.kind, "external")
+      assert.notInclude(status.stdout, url, "the database URL (with its password) is never printed")
+      assert.deepStrictEqual(report.inbox, {})
+    }).pipe(Effect.scoped)
+  )
+
+  it("with no DATABASE_URL, migrate creates an embedded database that persists", () => {
+    const dataDir = mkdtempSync(join(tmpdir(), "crm-sync-cli-"))
+    try {
+      const first = cli(["migrate"], { CRM_SYNC_DATA_DIR: dataDir })
+      assert.strictEqual(first.code, 0, first.stderr)
+      assert.match(first.stdout, /applied \d+ migration\(s\) to embedded/)
+      const second = cli(["migrate"], { CRM_SYNC_DATA_DIR: dataDir })
+      assert.strictEqual(second.code, 0, second.stderr)
+      assert.match(second.stdout, /up to date \(embedded/)
+    } finally {
+      rmSync(dataDir, { recursive: true, force: true })
+    }
+  })
+})
