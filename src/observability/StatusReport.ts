@@ -37,7 +37,12 @@ export interface StatusReport {
   readonly inbox: Record<string, number>
   readonly outbox: Record<string, number>
   readonly connections_needing_reauthorization: ReadonlyArray<string>
-  readonly last_jobs: ReadonlyArray<{ job: string; connection: string | null; status: string; finished_at: string | null }>
+  readonly last_jobs: ReadonlyArray<{
+    job: string
+    connection: string | null
+    status: string
+    finished_at: string | null
+  }>
 }
 
 const iso = (value: unknown): string | null =>
@@ -52,7 +57,10 @@ const resourceTables = (sql: SqlClient) =>
                   WHERE d.table_schema = 'crm' AND d.table_name = c.table_name AND d.column_name = 'deleted_at')
     ORDER BY c.table_name`
 
-export const statusReport = Effect.fn("StatusReport.make")(function* (config: AppConfigShape, database: DatabaseInfoShape) {
+export const statusReport = Effect.fn("StatusReport.make")(function* (
+  config: AppConfigShape,
+  database: DatabaseInfoShape
+) {
   const sql = yield* SqlClient
   const tables = yield* resourceTables(sql)
   const cursors = yield* sql<{ resource: string; cursor: Date | null }>`
@@ -128,8 +136,12 @@ export const renderStatus = (report: StatusReport): string => {
   lines.push(`database    ${report.database.kind}: ${report.database.location}`)
   if (report.config.connections.length === 0) lines.push("connections none configured")
   for (const connection of report.config.connections) {
-    const reauth = report.connections_needing_reauthorization.includes(connection.name) ? "  NEEDS RE-AUTHORIZATION" : ""
-    lines.push(`connection  ${connection.name}: ${connection.base_url} (${connection.credential}, egress ${connection.egress})${reauth}`)
+    const reauth = report.connections_needing_reauthorization.includes(connection.name)
+      ? "  NEEDS RE-AUTHORIZATION"
+      : ""
+    lines.push(
+      `connection  ${connection.name}: ${connection.base_url} (${connection.credential}, egress ${connection.egress})${reauth}`
+    )
   }
   lines.push("")
   lines.push(`${pad("resource", 34)}${pad("rows", 10)}${pad("deleted", 9)}${pad("last sync", 26)}cursor`)
@@ -142,7 +154,9 @@ export const renderStatus = (report: StatusReport): string => {
   if (report.buckets.length === 0) lines.push("rate budget: no requests sent yet")
   for (const bucket of report.buckets) {
     const blocked = bucket.blocked_until === null ? "" : `  blocked until ${bucket.blocked_until}`
-    lines.push(`bucket ${pad(bucket.bucket, 40)}${bucket.used}/${bucket.limit}  resets ${bucket.resets_at ?? "-"}${blocked}`)
+    lines.push(
+      `bucket ${pad(bucket.bucket, 40)}${bucket.used}/${bucket.limit}  resets ${bucket.resets_at ?? "-"}${blocked}`
+    )
   }
   const summary = (counts: Record<string, number>) =>
     Object.keys(counts).length === 0
@@ -154,7 +168,9 @@ export const renderStatus = (report: StatusReport): string => {
   lines.push(`inbox       ${summary(report.inbox)}`)
   lines.push(`outbox      ${summary(report.outbox)}`)
   for (const job of report.last_jobs) {
-    lines.push(`job         ${job.job}${job.connection ? ` (${job.connection})` : ""}: ${job.status} ${job.finished_at ?? ""}`)
+    lines.push(
+      `job         ${job.job}${job.connection ? ` (${job.connection})` : ""}: ${job.status} ${job.finished_at ?? ""}`
+    )
   }
   return lines.join("\n")
 }

@@ -15,7 +15,9 @@ export interface DatabaseInfoShape {
   readonly location: string
 }
 
-export class DatabaseInfo extends Context.Service<DatabaseInfo, DatabaseInfoShape>()("crm-sync/warehouse/DatabaseInfo") {}
+export class DatabaseInfo extends Context.Service<DatabaseInfo, DatabaseInfoShape>()(
+  "crm-sync/warehouse/DatabaseInfo"
+) {}
 
 const describeUrl = (url: string) => {
   try {
