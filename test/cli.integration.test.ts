@@ -39,7 +39,7 @@ describe("crm-sync CLI", () => {
     assert.strictEqual(cli(["frobnicate"]).code, 2)
   })
 
-  it.effect("migrate applies every migration once; a second run changes nothing; status --json reports", () =>
+  it.live("migrate applies every migration once; a second run changes nothing; status --json reports", () =>
     Effect.gen(function* () {
       const url = yield* freshDatabase
       const first = cli(["migrate"], { DATABASE_URL: url })
