@@ -1,0 +1,168 @@
+/**
+ * The field types of the CRM API (spec §2.1): ids, timestamps, dates, E.164 phone numbers, masked
+ * numbers, dollars as decimal strings, cents as integers, open enumerations, and the two tolerant
+ * wrappers every resource model is built from (`Nullable`, `List`).
+ *
+ * Every value that lands in a typed warehouse column is checked here, so that a decoded record can
+ * always be written: PostgreSQL never gets the chance to reject a batch over a malformed date or
+ * an out-of-range integer. What cannot be checked is kept as received in `raw`.
+ */
+import { Option, Schema, SchemaGetter } from "effect"
+
+/** Ids are opaque strings used as given (spec §2.1); an empty one cannot identify a record. */
+export const Id = Schema.NonEmptyString.annotate({ description: "an opaque CRM id" })
+
+const TIMESTAMP =
+  /^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2})(?::(\d{2})(\.\d+)?)?(?:([Zz])|([+-])(\d{2})(?::?(\d{2}))?)$/
+
+const isLeapYear = (year: number) => (year % 4 === 0 && year % 100 !== 0) || year % 400 === 0
+
+const daysInMonth = (year: number, month: number) =>
+  month === 2 ? (isLeapYear(year) ? 29 : 28) : month === 4 || month === 6 || month === 9 || month === 11 ? 30 : 31
+
+/**
+ * The instant an ISO 8601 date-time denotes, in epoch milliseconds, or undefined when it is not
+ * one PostgreSQL would read the same way (a 13th month, a 31st of April, an offset past ±15:59).
+ */
+export const timestampMillis = (value: string): number | undefined => {
+  const m = TIMESTAMP.exec(value)
+  if (m === null) return undefined
+  const part = (index: number) => (m[index] === undefined ? 0 : Number(m[index]))
+  const [year, month, day, hour, minute, second, offsetHours, offsetMinutes] = [1, 2, 3, 4, 5, 6, 10, 11].map(part)
+  const valid =
+    year >= 1 &&
+    month >= 1 &&
+    month <= 12 &&
+    day >= 1 &&
+    day <= daysInMonth(year, month) &&
+    (hour < 24 || (hour === 24 && minute === 0 && second === 0)) &&
+    minute < 60 &&
+    second <= 60 &&
+    offsetHours <= 15 &&
+    offsetMinutes < 60
+  if (!valid) return undefined
+  const fraction = m[7] === undefined ? 0 : Number(m[7]) * 1000
+  const offset = (m[9] === "-" ? -1 : 1) * (offsetHours * 60 + offsetMinutes) * 60_000
+  // setUTCFullYear, not Date.UTC, which reads years 0-99 as 1900-1999.
+  const utc = new Date(0)
+  utc.setUTCFullYear(year, month - 1, day)
+  utc.setUTCHours(hour, minute, second)
+  return utc.getTime() + fraction - offset
+}
+
+/**
+ * An ISO 8601 date-time with a zone designator (spec §2.1: "Timestamps are ISO 8601 date-times in
+ * UTC"). Kept as the string received: PostgreSQL parses it into `timestamptz` without loss
+ * (microseconds included), which a JavaScript `Date` would not.
+ */
+export const Timestamp = Schema.String.check(
+  Schema.makeFilter((s: string) => timestampMillis(s) !== undefined, {
+    expected: "an ISO 8601 date-time with a zone, e.g. 2024-05-01T12:00:00Z"
+  })
+)
+
+const DATE = /^(\d{4})-(\d{2})-(\d{2})$/
+
+/** A calendar date, `YYYY-MM-DD` (spec §2.1), that exists (no 2024-02-30: the `date` column would refuse it). */
+export const CalendarDate = Schema.String.check(
+  Schema.makeFilter(
+    (s: string) => {
+      const match = DATE.exec(s)
+      if (match === null) return false
+      const [year, month, day] = [Number(match[1]), Number(match[2]), Number(match[3])]
+      return year >= 1 && month >= 1 && month <= 12 && day >= 1 && day <= daysInMonth(year, month)
+    },
+    { expected: "a calendar date YYYY-MM-DD" }
+  )
+)
+
+const E164_PATTERN = /^\+[1-9]\d{1,14}$/
+
+/** Whether a phone number is in E.164 form (`+` then up to 15 digits, no leading zero). */
+export const isE164 = (value: string): boolean => E164_PATTERN.test(value)
+
+/**
+ * A phone number in E.164 form, checked strictly: used for what crm-sync sends (request bodies),
+ * where a malformed number must be refused before it reaches the CRM.
+ */
+export const E164 = Schema.String.check(Schema.isPattern(E164_PATTERN, { expected: "an E.164 phone number" }))
+
+/**
+ * A phone number as the CRM returns it. Spec §2.1 says these are E.164, but a record is not refused
+ * over one malformed phone number: the value is stored as received and the child tables expose
+ * `is_e164` so the exceptions can be found.
+ */
+export const PhoneNumber = Schema.String.annotate({ description: "a phone number, E.164 per spec §2.1, not enforced" })
+
+/** Account and contract numbers arrive masked (spec §2.5, §2.5a): an opaque string, never a number. */
+export const MaskedNumber = Schema.String.annotate({ description: "a masked account or contract number" })
+
+const DECIMAL = /^-?\d+(\.\d+)?$/
+
+/** A dollar amount as an exact decimal string (spec §2.5: "Values are in dollars", `amount (string)`). */
+export const Dollars = Schema.String.check(Schema.isPattern(DECIMAL, { expected: "a decimal amount, e.g. 1234.56" }))
+
+/**
+ * A decimal amount whose JSON type the spec does not state (a client's `aum`, §2.9): a decimal
+ * string, or a finite number converted to its shortest decimal string.
+ */
+export const DecimalAmount = Schema.Union([
+  Dollars,
+  Schema.Finite.pipe(
+    Schema.decodeTo(Dollars, {
+      decode: SchemaGetter.transform((n: number) => String(n)),
+      encode: SchemaGetter.transform((s: string) => Number(s))
+    })
+  )
+])
+
+/** An amount in cents (spec §2.5: "balances are in cents"): a safe integer, stored as `bigint`. */
+export const Cents = Schema.Int
+
+/** An integer that fits PostgreSQL's `integer` column (positions, sizes of pages, durations). */
+export const Int32 = Schema.Int.check(Schema.isInt32())
+
+/** A count of bytes or similar that may exceed 2^31 (stored as `bigint`). */
+export const Int64 = Schema.Int
+
+/**
+ * An open enumeration: the known values are typed (and autocompleted), any other string is
+ * accepted. Spec §2.1 says most allowed values are "not shown", and §9 gives no compatibility
+ * guarantee, so a new value must never make a record undecodable.
+ */
+export const OpenEnum = <const L extends ReadonlyArray<string>>(known: L) =>
+  Schema.Union([Schema.Literals(known), Schema.StringForLiteralAutocomplete])
+
+/** A free-form JSON object (`custom_fields`, `current_values`). */
+export const JsonObject = Schema.Record(Schema.String, Schema.Unknown)
+
+/**
+ * A field that may be absent or null, decoded as `T | null` (absent becomes null).
+ *
+ * The spec gives each field's type but not which are always present (§4 "Gaps": "Which contact
+ * fields are required: not shown"), so the models read tolerantly: a missing or null value is
+ * stored as NULL rather than losing the record, while a value of the wrong type still fails, since
+ * it means the contract changed.
+ */
+export const Nullable = <S extends Schema.Top>(schema: S) =>
+  Schema.optionalKey(Schema.NullOr(schema)).pipe(
+    Schema.decodeTo(Schema.NullOr(Schema.toType(schema)), {
+      decode: SchemaGetter.transformOptional((value) => Option.some(Option.getOrNull(value))),
+      encode: SchemaGetter.transformOptional((value) => value)
+    })
+  )
+
+/**
+ * A nested list that may be absent or null, decoded as an array (absent and null become `[]`).
+ * Whether the key was present at all still matters to the warehouse (an absent list leaves the
+ * stored child rows alone), and it reads that from `raw`.
+ */
+export const List = <S extends Schema.Top>(schema: S) =>
+  Schema.optionalKey(Schema.NullOr(Schema.Array(schema))).pipe(
+    Schema.decodeTo(Schema.Array(Schema.toType(schema)), {
+      decode: SchemaGetter.transformOptional((value) =>
+        Option.some(Option.getOrElse(Option.flatMap(value, Option.fromNullishOr), () => []))
+      ),
+      encode: SchemaGetter.transformOptional((value) => value)
+    })
+  )

@@ -1,0 +1,627 @@
+/**
+ * Warehouse: every write crm-sync makes to schema `crm`, for every resource, driven by the table
+ * descriptors of `Tables.ts` and the SQL of `BatchSql.ts`.
+ *
+ * `upsert` takes records as received (unknown JSON), decodes each with its resource's model and
+ * writes the batch: one statement for the parents, then, for the parents actually written, one
+ * delete and one insert per child table and one merge per reference table they mention, all in one
+ * transaction (per chunk of `CHUNK_SIZE`). A record that does not decode, or that PostgreSQL
+ * refuses, is stored in `crm_sync.undecodable_records` with its error and counted as `rejected`;
+ * the rest of the batch is written. Nothing is dropped and one bad record never fails a batch.
+ *
+ * Called inside a transaction of the caller's (the webhook processor settles its inbox rows with
+ * the writes), the chunk transactions become savepoints of it.
+ */
+import { Context, DateTime, Effect, Layer, Option, Result, Schema } from "effect"
+import { SqlClient } from "effect/sql/SqlClient"
+import { ConstraintError, type SqlError, UniqueViolation, UnknownError } from "effect/sql/SqlError"
+import { timestampMillis } from "../crm/Fields.ts"
+import * as BatchSql from "./BatchSql.ts"
+import type { WriteOutcome } from "./BatchSql.ts"
+import {
+  type ReferenceResource,
+  type Resource,
+  type ResourceRecord,
+  type Row,
+  type Sighting,
+  type Source,
+  type TableDescriptor,
+  Tables
+} from "./Tables.ts"
+
+export type { Resource, ResourceRecord, Source } from "./Tables.ts"
+export { Resources, Sources, isResource } from "./Tables.ts"
+
+/** How many records go into one transaction; larger inputs are written chunk by chunk. */
+export const CHUNK_SIZE = 1000
+
+/** Per-record outcome counts of one `upsert`; they add up to the number of records given. */
+export interface UpsertResult {
+  /** New rows. */
+  readonly inserted: number
+  /** Rows replaced by a newer (or same-time but different) snapshot. */
+  readonly updated: number
+  /** Same `updated_at` and identical `raw`: nothing written. */
+  readonly unchanged: number
+  /** Older than the stored row (or superseded by a newer copy in the same batch): nothing written. */
+  readonly skipped: number
+  /** Undecodable or refused by PostgreSQL: stored in `crm_sync.undecodable_records`. */
+  readonly rejected: number
+}
+
+export interface WriteOptions {
+  readonly source: Source
+}
+
+export interface DeleteResult {
+  /** Rows that were live and are now marked deleted. */
+  readonly deleted: number
+  /** Ids never seen before, now recorded as deleted (tombstones). */
+  readonly tombstoned: number
+}
+
+/** One `client.updated` delivery (spec §6.3). */
+export interface ClientChange {
+  readonly hookId: string
+  readonly clientId: string
+  readonly changedFields: ReadonlyArray<string>
+  readonly receivedAt: DateTime.Utc
+  readonly subscriptionId?: string | null | undefined
+  readonly bookId?: string | null | undefined
+}
+
+/** A stored row, with its record decoded from `raw` (null for a tombstone). */
+export interface StoredRecord<R extends Resource> {
+  readonly id: string
+  readonly updatedAt: Date | null
+  readonly deletedAt: Date | null
+  readonly syncedAt: Date
+  readonly source: Source
+  readonly raw: unknown
+  readonly record: ResourceRecord<R> | null
+}
+
+export interface UndecodableRecord {
+  readonly resource: string
+  readonly recordId: string | null
+  readonly raw: unknown
+  readonly error: string
+  readonly source: Source
+  readonly occurrences: number
+  readonly firstSeenAt: Date
+  readonly lastSeenAt: Date
+}
+
+export class WarehouseError extends Schema.TaggedError<WarehouseError>()("WarehouseError", {
+  operation: Schema.String,
+  resource: Schema.String,
+  message: Schema.String,
+  /** Whether trying again may succeed (a lost connection, a deadlock), per the driver. */
+  retryable: Schema.Boolean,
+  cause: Schema.Defect()
+}) {}
+
+// ---------------------------------------------------------------------------------------------
+// Decoding and rejection (pure)
+// ---------------------------------------------------------------------------------------------
+
+type AnyTable = TableDescriptor<any>
+
+/** A record that decoded, with what the SQL needs from it. */
+interface Decoded {
+  readonly raw: Readonly<Record<string, unknown>>
+  readonly record: unknown
+  readonly id: string
+  readonly updatedAt: string | null
+}
+
+/** A record the parent statement wrote, and which of its lists differ from the stored ones. */
+interface Written {
+  readonly item: Decoded
+  readonly inserted: boolean
+  readonly changedLists: ReadonlySet<string>
+}
+
+interface Rejected {
+  readonly resource: string
+  readonly recordId: string | null
+  readonly raw: unknown
+  readonly error: string
+}
+
+const isObject = (u: unknown): u is Readonly<Record<string, unknown>> =>
+  typeof u === "object" && u !== null && !Array.isArray(u)
+
+/**
+ * Whether a JSON value holds text PostgreSQL cannot store in `jsonb`: U+0000, or a lone UTF-16
+ * surrogate. Either would make the whole batch's statement fail, so the record is rejected up
+ * front instead.
+ */
+const hasUnstorableText = (value: unknown): boolean => {
+  if (typeof value === "string") return value.includes("\u0000") || !value.isWellFormed()
+  if (Array.isArray(value)) return value.some(hasUnstorableText)
+  if (isObject(value)) {
+    for (const key in value) if (hasUnstorableText(key) || hasUnstorableText(value[key])) return true
+  }
+  return false
+}
+
+const clean = (s: string) => s.replaceAll("\u0000", "\uFFFD").toWellFormed()
+
+/** A copy that jsonb can store: U+0000 and lone surrogates become U+FFFD (only for rejected records). */
+const storable = (value: unknown): unknown => {
+  if (typeof value === "string") return clean(value)
+  if (Array.isArray(value)) return value.map(storable)
+  if (isObject(value)) return Object.fromEntries(Object.entries(value).map(([k, v]) => [clean(k), storable(v)]))
+  // undefined, functions and the like are not JSON: keep the fact, not the value.
+  return value === undefined || typeof value === "function" || typeof value === "symbol" ? null : value
+}
+
+const idOfRaw = (raw: unknown, key: string): string | null => {
+  if (!isObject(raw)) return null
+  const id = raw[key]
+  return typeof id === "string" && id !== "" ? id : typeof id === "number" ? String(id) : null
+}
+
+const decoders = new Map<AnyTable, (input: unknown) => Result.Result<unknown, Schema.SchemaError>>()
+const decoderOf = (table: AnyTable) => {
+  let decode = decoders.get(table)
+  if (decode === undefined) {
+    const run = Schema.decodeUnknownResult(table.schema)
+    decode = (input: unknown) => run(input, { errors: "all" })
+    decoders.set(table, decode)
+  }
+  return decode
+}
+
+/** Decodes each received record with its resource's model, splitting the good from the rejected. */
+export const decodeRecords = (
+  resource: Resource,
+  records: ReadonlyArray<unknown>
+): { readonly decoded: ReadonlyArray<Decoded>; readonly rejected: ReadonlyArray<Rejected> } => {
+  const table: AnyTable = Tables[resource]
+  const decode = decoderOf(table)
+  const decoded: Array<Decoded> = []
+  const rejected: Array<Rejected> = []
+  for (const raw of records) {
+    const recordId = idOfRaw(raw, table.idKey)
+    if (!isObject(raw)) {
+      rejected.push({ resource, recordId, raw: storable(raw), error: "not a JSON object" })
+      continue
+    }
+    if (hasUnstorableText(raw)) {
+      rejected.push({
+        resource,
+        recordId,
+        raw: storable(raw),
+        error:
+          "contains text PostgreSQL cannot store (U+0000 or an unpaired surrogate); stored with U+FFFD in its place"
+      })
+      continue
+    }
+    const result = decode(raw)
+    if (Result.isFailure(result)) {
+      rejected.push({ resource, recordId, raw, error: result.failure.message })
+      continue
+    }
+    const record = result.success
+    decoded.push({ raw, record, id: table.id(record), updatedAt: table.updatedAt(record) })
+  }
+  return { decoded, rejected }
+}
+
+const instant = (timestamp: string | null) =>
+  timestamp === null ? -Infinity : (timestampMillis(timestamp) ?? -Infinity)
+
+const byId =
+  <A>(id: (a: A) => string) =>
+  (a: A, b: A) =>
+    id(a) < id(b) ? -1 : id(a) > id(b) ? 1 : 0
+
+/**
+ * One record per id (ON CONFLICT cannot touch a row twice in one statement): the newest
+ * `updated_at` wins, and of equals the later in the batch. The others count as skipped. Sorted by
+ * id, so that concurrent writers lock shared rows in the same order and cannot deadlock.
+ */
+const latestPerId = (decoded: ReadonlyArray<Decoded>): ReadonlyArray<Decoded> => {
+  const latest = new Map<string, Decoded>()
+  for (const item of decoded) {
+    const held = latest.get(item.id)
+    if (held === undefined || instant(item.updatedAt) >= instant(held.updatedAt)) latest.set(item.id, item)
+  }
+  return [...latest.values()].toSorted(byId((item) => item.id))
+}
+
+/**
+ * Sightings per reference table, one per id, later fields laid over earlier ones; sorted by id
+ * (households are shared by many records: concurrent writers must lock them in one order).
+ */
+const mergeSightings = (
+  sightings: ReadonlyArray<Sighting>
+): Map<ReferenceResource, Array<Row & { readonly id: string }>> => {
+  const byResource = new Map<ReferenceResource, Map<string, Row & { readonly id: string }>>()
+  for (const { resource, record } of sightings) {
+    let seen = byResource.get(resource)
+    if (seen === undefined) byResource.set(resource, (seen = new Map()))
+    seen.set(record.id, { ...seen.get(record.id), ...record })
+  }
+  const out = new Map<ReferenceResource, Array<Row & { readonly id: string }>>()
+  for (const [resource, seen] of byResource) out.set(resource, [...seen.values()].toSorted(byId((r) => r.id)))
+  return out
+}
+
+const referenceRow = (table: AnyTable, record: Row & { readonly id: string }): Row => ({
+  ...table.row(record),
+  id: record.id,
+  raw: record
+})
+
+// ---------------------------------------------------------------------------------------------
+// Errors PostgreSQL raises about the data of one record (rather than the connection or the load)
+// ---------------------------------------------------------------------------------------------
+
+const sqlStateOf = (error: SqlError): string | undefined => {
+  const cause = error.reason.cause
+  return isObject(cause) && typeof cause.code === "string" ? cause.code : undefined
+}
+
+/**
+ * Data exceptions (22), integrity violations (23), limits such as an oversized index entry (54)
+ * and errors raised by triggers (P0): trying the same record again fails the same way, so the
+ * batch is split to find it. Anything else (connection, deadlock, timeout) fails the call.
+ */
+const isRecordLevel = (error: SqlError): boolean => {
+  if (error.reason instanceof ConstraintError || error.reason instanceof UniqueViolation) return true
+  if (!(error.reason instanceof UnknownError)) return false
+  const code = sqlStateOf(error)
+  return code !== undefined && /^(22|23|54|P0)/.test(code)
+}
+
+const describeRefusal = (error: SqlError): string => {
+  const cause = error.reason.cause
+  const detail = isObject(cause) && typeof cause.message === "string" ? cause.message : error.message
+  return `PostgreSQL refused the record (SQLSTATE ${sqlStateOf(error) ?? "unknown"}): ${detail}`
+}
+
+// The message names the operation, the table and the SQLSTATE, never a value: PostgreSQL's own
+// text can quote the data, and it stays in `cause`.
+const toWarehouseError = (operation: string, resource: string) => (error: SqlError) =>
+  new WarehouseError({
+    operation,
+    resource,
+    message: `${operation} ${resource} failed (SQLSTATE ${sqlStateOf(error) ?? "none"}${error.reason.isRetryable ? ", retryable" : ""})`,
+    retryable: error.reason.isRetryable,
+    cause: error
+  })
+
+// ---------------------------------------------------------------------------------------------
+// The service
+// ---------------------------------------------------------------------------------------------
+
+interface Counts {
+  inserted: number
+  updated: number
+  unchanged: number
+  skipped: number
+}
+
+const emptyCounts = (): Counts => ({ inserted: 0, updated: 0, unchanged: 0, skipped: 0 })
+
+const addCounts = (a: Counts, b: Counts): Counts => ({
+  inserted: a.inserted + b.inserted,
+  updated: a.updated + b.updated,
+  unchanged: a.unchanged + b.unchanged,
+  skipped: a.skipped + b.skipped
+})
+
+const chunks = <A>(items: ReadonlyArray<A>, size: number): ReadonlyArray<ReadonlyArray<A>> => {
+  const out: Array<ReadonlyArray<A>> = []
+  for (let i = 0; i < items.length; i += size) out.push(items.slice(i, i + size))
+  return out
+}
+
+export class Warehouse extends Context.Service<
+  Warehouse,
+  {
+    /**
+     * Decodes and writes records of one resource as received (unknown JSON objects), forward only
+     * (see BatchSql.ts). Never fails over a bad record: it is stored in undecodable_records.
+     */
+    readonly upsert: (
+      resource: Resource,
+      records: ReadonlyArray<unknown>,
+      options: WriteOptions
+    ) => Effect.Effect<UpsertResult, WarehouseError>
+    /**
+     * Marks records deleted at `at` (soft delete; unknown ids get a tombstone). Until a snapshot
+     * whose `updated_at` is after `at` arrives, the record stays deleted.
+     */
+    readonly markDeleted: (
+      resource: Resource,
+      ids: ReadonlyArray<string>,
+      at: DateTime.Utc,
+      options: WriteOptions
+    ) => Effect.Effect<DeleteResult, WarehouseError>
+    /** Clears `deleted_at` of the given ids (a crawl saw them again); returns how many were deleted. */
+    readonly undelete: (
+      resource: Resource,
+      ids: ReadonlyArray<string>,
+      options: WriteOptions
+    ) => Effect.Effect<number, WarehouseError>
+    /** Records one `client.updated` delivery's `changed_fields`; false when its hook-id was already recorded. */
+    readonly recordClientChange: (change: ClientChange) => Effect.Effect<boolean, WarehouseError>
+    /** Rows of a resource table (live ones only unless `includeDeleted`). */
+    readonly count: (
+      resource: Resource,
+      options?: { readonly includeDeleted?: boolean }
+    ) => Effect.Effect<number, WarehouseError>
+    /** One stored row with its record decoded from `raw`. */
+    readonly findById: <R extends Resource>(
+      resource: R,
+      id: string
+    ) => Effect.Effect<Option.Option<StoredRecord<R>>, WarehouseError>
+    /** One stored row, every column as the driver returns it (for checks and tools). */
+    readonly row: (resource: Resource, id: string) => Effect.Effect<Option.Option<Row>, WarehouseError>
+    /** The stored undecodable records, newest first (of one resource, or all). */
+    readonly undecodable: (resource?: Resource) => Effect.Effect<ReadonlyArray<UndecodableRecord>, WarehouseError>
+  }
+>()("crm-sync/warehouse/Warehouse") {
+  static readonly layer = Layer.effect(
+    Warehouse,
+    Effect.gen(function* () {
+      const sql = yield* SqlClient
+
+      const statements = new Map<AnyTable, { readonly write: string }>()
+      const writeStatement = (table: AnyTable) => {
+        let held = statements.get(table)
+        if (held === undefined) {
+          const write = table.kind === "record" ? BatchSql.upsertRecords(table) : BatchSql.mergeReferences(table)
+          statements.set(table, (held = { write }))
+        }
+        return held.write
+      }
+
+      const storeRejected = Effect.fnUntraced(function* (rejected: ReadonlyArray<Rejected>, source: Source) {
+        if (rejected.length === 0) return
+        const rows = rejected.map((r) => ({ resource: r.resource, record_id: r.recordId, raw: r.raw, error: r.error }))
+        yield* sql.unsafe(BatchSql.storeUndecodable, [JSON.stringify(rows), source])
+      })
+
+      /**
+       * Rewrites the child tables of the parents just written. A list absent from the received
+       * object leaves its rows alone (Tables.ts); a list equal to the stored one (same JSON) has
+       * the same rows already, so only changed lists are rewritten; a new parent has no rows to
+       * delete (children cascade with their parent, so none can be left from an earlier one).
+       */
+      const replaceChildren = Effect.fnUntraced(function* (table: AnyTable, written: ReadonlyArray<Written>) {
+        for (const child of table.children) {
+          const parents = written.filter((w) => Object.hasOwn(w.item.raw, child.list) && w.changedLists.has(child.list))
+          if (parents.length === 0) continue
+          const replaced = parents.filter((w) => !w.inserted).map((w) => w.item.id)
+          if (replaced.length > 0) yield* sql.unsafe(BatchSql.deleteChildren(child), [replaced])
+          const rows = parents.flatMap((w) =>
+            child.rows(w.item.record).map((row) => ({ ...row, [child.parentColumn]: w.item.id }))
+          )
+          if (rows.length > 0) yield* sql.unsafe(BatchSql.insertChildren(child), [JSON.stringify(rows)])
+        }
+      })
+
+      const mergeReferences = Effect.fnUntraced(function* (
+        written: ReadonlyArray<Decoded>,
+        table: AnyTable,
+        source: Source
+      ) {
+        const sightings = mergeSightings(written.flatMap((item) => table.sightings(item.record)))
+        for (const [resource, records] of sightings) {
+          const reference: AnyTable = Tables[resource]
+          const rows = records.map((record) => referenceRow(reference, record))
+          yield* sql.unsafe(writeStatement(reference), [JSON.stringify(rows), source])
+        }
+      })
+
+      /**
+       * One chunk in one transaction: lock the stored parents (see BatchSql.lockRecords), write the
+       * parents, then the children and references of those written.
+       */
+      const writeChunk = (table: AnyTable, items: ReadonlyArray<Decoded>, source: Source) =>
+        sql.withTransaction(
+          Effect.gen(function* () {
+            const rows =
+              table.kind === "record"
+                ? items.map((item) => ({
+                    ...table.row(item.record),
+                    id: item.id,
+                    updated_at: item.updatedAt,
+                    raw: item.raw
+                  }))
+                : items.map((item) => ({ ...table.row(item.record), id: item.id, raw: item.raw }))
+            if (table.kind === "record" && table.children.length > 0) {
+              yield* sql.unsafe(BatchSql.lockRecords(table), [items.map((item) => item.id)])
+            }
+            const outcomes = yield* sql.unsafe<{
+              id: string
+              outcome: WriteOutcome
+              changed_lists?: ReadonlyArray<string>
+            }>(writeStatement(table), [JSON.stringify(rows), source])
+            const counts = emptyCounts()
+            const byId = new Map(items.map((item) => [item.id, item]))
+            const written: Array<Written> = []
+            for (const { id, outcome, changed_lists } of outcomes) {
+              counts[outcome] += 1
+              if (outcome !== "inserted" && outcome !== "updated") continue
+              written.push({
+                item: byId.get(id)!,
+                inserted: outcome === "inserted",
+                changedLists: new Set(changed_lists ?? [])
+              })
+            }
+            if (written.length > 0) {
+              yield* replaceChildren(table, written)
+              yield* mergeReferences(
+                written.map((w) => w.item),
+                table,
+                source
+              )
+            }
+            return counts
+          })
+        )
+
+      /**
+       * Writes a chunk; if PostgreSQL refuses something about the data, halves it and tries each
+       * half in its own transaction until the refused records stand alone, then rejects them.
+       */
+      const writeIsolating = (
+        resource: Resource,
+        table: AnyTable,
+        items: ReadonlyArray<Decoded>,
+        source: Source
+      ): Effect.Effect<{ readonly counts: Counts; readonly rejected: ReadonlyArray<Rejected> }, SqlError> =>
+        writeChunk(table, items, source).pipe(
+          Effect.map((counts) => ({ counts, rejected: [] as ReadonlyArray<Rejected> })),
+          Effect.catchIf(isRecordLevel, (error) => {
+            if (items.length === 1) {
+              const item = items[0]!
+              return Effect.succeed({
+                counts: emptyCounts(),
+                rejected: [{ resource, recordId: item.id, raw: item.raw, error: describeRefusal(error) }]
+              })
+            }
+            const middle = Math.ceil(items.length / 2)
+            return Effect.zipWith(
+              writeIsolating(resource, table, items.slice(0, middle), source),
+              writeIsolating(resource, table, items.slice(middle), source),
+              (a, b) => ({ counts: addCounts(a.counts, b.counts), rejected: [...a.rejected, ...b.rejected] })
+            )
+          })
+        )
+
+      const upsert = Effect.fn("Warehouse.upsert")(
+        function* (resource: Resource, records: ReadonlyArray<unknown>, options: WriteOptions) {
+          yield* Effect.annotateCurrentSpan({ resource, records: records.length, source: options.source })
+          const table: AnyTable = Tables[resource]
+          const { decoded, rejected } = decodeRecords(resource, records)
+          const unique = latestPerId(decoded)
+          let counts: Counts = { ...emptyCounts(), skipped: decoded.length - unique.length }
+          let refused = 0
+          yield* storeRejected(rejected, options.source)
+          for (const chunk of chunks(unique, CHUNK_SIZE)) {
+            const result = yield* writeIsolating(resource, table, chunk, options.source)
+            counts = addCounts(counts, result.counts)
+            refused += result.rejected.length
+            yield* storeRejected(result.rejected, options.source)
+          }
+          return { ...counts, rejected: rejected.length + refused } satisfies UpsertResult
+        },
+        (effect, resource) => Effect.mapError(effect, toWarehouseError("upsert", resource))
+      )
+
+      const markDeleted = Effect.fn("Warehouse.markDeleted")(
+        function* (resource: Resource, ids: ReadonlyArray<string>, at: DateTime.Utc, options: WriteOptions) {
+          if (ids.length === 0) return { deleted: 0, tombstoned: 0 }
+          const [result] = yield* sql.unsafe<{ deleted: number; tombstoned: number }>(
+            BatchSql.markDeleted(Tables[resource] as AnyTable),
+            [ids, DateTime.formatIso(at), options.source]
+          )
+          return { deleted: result?.deleted ?? 0, tombstoned: result?.tombstoned ?? 0 }
+        },
+        (effect, resource) => Effect.mapError(effect, toWarehouseError("markDeleted", resource))
+      )
+
+      const undelete = Effect.fn("Warehouse.undelete")(
+        function* (resource: Resource, ids: ReadonlyArray<string>, options: WriteOptions) {
+          if (ids.length === 0) return 0
+          const rows = yield* sql.unsafe(BatchSql.undelete(Tables[resource] as AnyTable), [ids, options.source])
+          return rows.length
+        },
+        (effect, resource) => Effect.mapError(effect, toWarehouseError("undelete", resource))
+      )
+
+      const recordClientChange = Effect.fn("Warehouse.recordClientChange")(
+        function* (change: ClientChange) {
+          const rows = yield* sql<{ hook_id: string }>`
+            INSERT INTO crm.client_changes (hook_id, client_id, changed_fields, subscription_id, book_id, received_at)
+            SELECT ${change.hookId}, ${change.clientId},
+                   ARRAY(SELECT jsonb_array_elements_text(${JSON.stringify(change.changedFields)}::jsonb)),
+                   ${change.subscriptionId ?? null}, ${change.bookId ?? null}, ${DateTime.formatIso(change.receivedAt)}::timestamptz
+            ON CONFLICT (hook_id) DO NOTHING
+            RETURNING hook_id`
+          return rows.length > 0
+        },
+        Effect.mapError(toWarehouseError("recordClientChange", "client_changes"))
+      )
+
+      const count = Effect.fn("Warehouse.count")(
+        function* (resource: Resource, options?: { readonly includeDeleted?: boolean }) {
+          const table = `crm."${Tables[resource].table}"`
+          const where = options?.includeDeleted === true ? "" : ` WHERE "deleted_at" IS NULL`
+          const [row] = yield* sql.unsafe<{ n: number }>(`SELECT count(*)::int AS n FROM ${table}${where}`)
+          return row?.n ?? 0
+        },
+        (effect, resource) => Effect.mapError(effect, toWarehouseError("count", resource))
+      )
+
+      const row = Effect.fn("Warehouse.row")(
+        function* (resource: Resource, id: string) {
+          const rows = yield* sql.unsafe<Row>(`SELECT * FROM crm."${Tables[resource].table}" WHERE "id" = $1`, [id])
+          return Option.fromNullishOr(rows[0])
+        },
+        (effect, resource) => Effect.mapError(effect, toWarehouseError("row", resource))
+      )
+
+      const findById = <R extends Resource>(resource: R, id: string) =>
+        row(resource, id).pipe(
+          Effect.map(
+            Option.map((stored): StoredRecord<R> => {
+              const decoded =
+                stored.raw === null || stored.raw === undefined
+                  ? undefined
+                  : decoderOf(Tables[resource] as AnyTable)(stored.raw)
+              return {
+                id: stored.id as string,
+                updatedAt: (stored.updated_at as Date | null) ?? null,
+                deletedAt: (stored.deleted_at as Date | null) ?? null,
+                syncedAt: stored.synced_at as Date,
+                source: stored.source as Source,
+                raw: stored.raw ?? null,
+                record:
+                  decoded !== undefined && Result.isSuccess(decoded) ? (decoded.success as ResourceRecord<R>) : null
+              }
+            })
+          )
+        )
+
+      const undecodable = Effect.fn("Warehouse.undecodable")(
+        function* (resource?: Resource) {
+          const rows = yield* sql<{
+            resource: string
+            record_id: string | null
+            raw: unknown
+            error: string
+            source: Source
+            occurrences: number
+            first_seen_at: Date
+            last_seen_at: Date
+          }>`
+            SELECT resource, record_id, raw, error, source, occurrences, first_seen_at, last_seen_at
+            FROM crm_sync.undecodable_records
+            WHERE ${resource === undefined ? sql`TRUE` : sql`resource = ${resource}`}
+            ORDER BY last_seen_at DESC, id DESC`
+          return rows.map((r): UndecodableRecord => ({
+            resource: r.resource,
+            recordId: r.record_id,
+            raw: r.raw,
+            error: r.error,
+            source: r.source,
+            occurrences: r.occurrences,
+            firstSeenAt: r.first_seen_at,
+            lastSeenAt: r.last_seen_at
+          }))
+        },
+        Effect.mapError(toWarehouseError("undecodable", "undecodable_records"))
+      )
+
+      return Warehouse.of({ upsert, markDeleted, undelete, recordClientChange, count, findById, row, undecodable })
+    })
+  )
+}
