@@ -1,0 +1,219 @@
+/**
+ * The outbound writer against the sandbox and a real PostgreSQL: the firm inserts outbox rows,
+ * and what the CRM received (the request log) and what the outbox and warehouse say afterwards
+ * are what is asserted.
+ */
+import { NodeHttpClient } from "@effect/platform-node"
+import { assert, layer } from "@effect/vitest"
+import { Effect, Layer } from "effect"
+import { SqlClient } from "effect/sql/SqlClient"
+import { RateBudget } from "../../src/budget/RateBudget.ts"
+import { AppConfig } from "../../src/config/AppConfig.ts"
+import { Credentials } from "../../src/crm/Credentials.ts"
+import { OutboundWriter } from "../../src/outbound/OutboundWriter.ts"
+import * as Outbox from "../../src/outbound/Outbox.ts"
+import { Sandbox } from "../../src/sandbox/Sandbox.ts"
+import { Warehouse } from "../../src/warehouse/Warehouse.ts"
+import { TestDatabase } from "../support/TestDatabase.ts"
+
+const HIGH = { token: 100_000, company: 100_000, ip: 100_000 }
+
+const Config = Layer.unwrap(
+  Effect.gen(function* () {
+    const sandbox = yield* Sandbox
+    const readOnly = yield* sandbox.admin.createToken({ userId: sandbox.credentials.userId, canWrite: false })
+    const connection = (name: string, token: string) => ({
+      name,
+      base_url: sandbox.baseUrl,
+      credential: "personal",
+      token,
+      limits: HIGH,
+      request_timeout: "2 seconds"
+    })
+    return AppConfig.layerFrom({
+      connections: [
+        connection("main", sandbox.credentials.personalAccessToken),
+        connection("readonly", readOnly.token)
+      ],
+      budget: { safety_margin: "50 millis" }
+    })
+  })
+)
+
+const Stack = Layer.mergeAll(RateBudget.layer, Credentials.layer, Warehouse.layer).pipe(
+  Layer.provideMerge(Config),
+  Layer.provideMerge(NodeHttpClient.layerUndici),
+  Layer.provideMerge(TestDatabase),
+  Layer.provideMerge(Sandbox.layer({ records: 200, seed: 5, limits: { personal: HIGH } }))
+)
+
+interface Row {
+  status: string
+  attempts: number
+  record_id: string | null
+  error: string | null
+  idempotency_key: string
+}
+
+const insert = (operation: string, payload: unknown, connection: string | null = null) =>
+  Effect.gen(function* () {
+    const sql = yield* SqlClient
+    const [row] = yield* sql<{ id: string }>`
+      INSERT INTO crm_sync.outbox (connection, operation, payload)
+      VALUES (${connection}, ${operation}, ${JSON.stringify(payload)}::jsonb) RETURNING id::text AS id`
+    return row!.id
+  })
+
+const read = (id: string) =>
+  Effect.gen(function* () {
+    const sql = yield* SqlClient
+    const [row] = yield* sql<Row>`
+      SELECT status, attempts, record_id, error, idempotency_key::text AS idempotency_key
+      FROM crm_sync.outbox WHERE id = ${id}::bigint`
+    return row!
+  })
+
+const drain = Effect.flatMap(OutboundWriter.make, (writer) => writer.drain)
+
+const bookId = Effect.map(Sandbox, (sandbox) => sandbox.admin.state).pipe(
+  Effect.flatten,
+  Effect.map((state) => state.books[0]!.id)
+)
+
+layer(Stack, { timeout: 60_000, excludeTestServices: true })("OutboundWriter", (it) => {
+  it.effect("creates a contact once, with the row's idempotency key, and stores it in the warehouse", () =>
+    Effect.gen(function* () {
+      const sandbox = yield* Sandbox
+      const book = yield* bookId
+      const since = yield* sandbox.admin.lastRequestSeq
+      const id = yield* insert("contact.create", {
+        book_id: book,
+        first_name: "Ada",
+        last_name: "Lovelace",
+        email_addresses: [{ email: "ada@example.com", email_type: "work", is_primary: true }]
+      })
+      yield* drain
+      const row = yield* read(id)
+      assert.strictEqual(row.status, "succeeded")
+      assert.isNotNull(row.record_id)
+      const posts = yield* sandbox.admin.requests({ method: "POST", path: "/v1/contacts", since })
+      assert.strictEqual(posts.length, 1)
+      assert.strictEqual(posts[0]!.idempotency_key, row.idempotency_key)
+      assert.strictEqual(posts[0]!.headers["content-type"], "application/json")
+      const stored = yield* (yield* Warehouse).row("contacts", row.record_id!)
+      assert.isTrue(stored._tag === "Some")
+      if (stored._tag === "Some") assert.strictEqual(stored.value.source, "write")
+    })
+  )
+
+  it.effect("a connection reset after the CRM committed: the retry reuses the key and nothing is created twice", () =>
+    Effect.gen(function* () {
+      const sandbox = yield* Sandbox
+      const book = yield* bookId
+      const before = (yield* sandbox.admin.records("prospects")).length
+      const since = yield* sandbox.admin.lastRequestSeq
+      yield* sandbox.admin.addFault({ kind: "reset", when: "after", path: "/v1/prospects", times: 1 })
+      const id = yield* insert("prospect.create", { book_id: book, first_name: "Grace", last_name: "Hopper" })
+      yield* drain
+      const row = yield* read(id)
+      assert.strictEqual(row.status, "succeeded")
+      const posts = yield* sandbox.admin.requests({ method: "POST", path: "/v1/prospects", since })
+      assert.isAtLeast(posts.length, 2, "the first answer was lost, so the request was sent again")
+      assert.deepStrictEqual(new Set(posts.map((post) => post.idempotency_key)), new Set([row.idempotency_key]))
+      assert.strictEqual((yield* sandbox.admin.records("prospects")).length, before + 1)
+      yield* sandbox.admin.clearFaults
+    })
+  )
+
+  it.effect("a payload that cannot be right is needs_review with the reason, and costs no request", () =>
+    Effect.gen(function* () {
+      const sandbox = yield* Sandbox
+      const since = yield* sandbox.admin.lastRequestSeq
+      const missing = yield* insert("prospect.create", { first_name: "No", last_name: "Book" })
+      const unknown = yield* insert("household.create", { name: "x" })
+      const phone = yield* insert("contact.create", {
+        book_id: "b",
+        phone_numbers: [{ phone_number: "555-1234", phone_type: "mobile", is_primary: true }]
+      })
+      yield* drain
+      const [a, b, c] = [yield* read(missing), yield* read(unknown), yield* read(phone)]
+      assert.strictEqual(a.status, "needs_review")
+      assert.match(a.error!, /book_id/)
+      assert.strictEqual(b.status, "needs_review")
+      assert.match(b.error!, /unknown operation "household.create"/)
+      assert.strictEqual(c.status, "needs_review")
+      assert.match(c.error!, /phone_numbers/)
+      assert.strictEqual((yield* sandbox.admin.requests({ method: "POST", since })).length, 0)
+    })
+  )
+
+  it.effect("the CRM refuses the payload: needs_review once; fixed and retried, it gets a fresh key and succeeds", () =>
+    Effect.gen(function* () {
+      const sandbox = yield* Sandbox
+      const since = yield* sandbox.admin.lastRequestSeq
+      const id = yield* insert("prospect.create", { book_id: "no-such-book", first_name: "Ida", last_name: "Rhodes" })
+      yield* drain
+      const refused = yield* read(id)
+      assert.strictEqual(refused.status, "needs_review")
+      assert.strictEqual(refused.attempts, 1)
+      assert.strictEqual((yield* sandbox.admin.requests({ method: "POST", path: "/v1/prospects", since })).length, 1)
+
+      const sql = yield* SqlClient
+      const book = yield* bookId
+      yield* sql`UPDATE crm_sync.outbox SET payload = jsonb_set(payload, '{book_id}', to_jsonb(${book}::text)) WHERE id = ${id}::bigint`
+      const retried = yield* Outbox.retry(id)
+      assert.isTrue(retried.changed)
+      yield* drain
+      const done = yield* read(id)
+      assert.strictEqual(done.status, "succeeded")
+      assert.notStrictEqual(done.idempotency_key, refused.idempotency_key)
+    })
+  )
+
+  it.effect("a read-only token: failed, with a message saying how to fix it", () =>
+    Effect.gen(function* () {
+      const book = yield* bookId
+      const id = yield* insert("prospect.create", { book_id: book, first_name: "Read", last_name: "Only" }, "readonly")
+      yield* drain
+      const row = yield* read(id)
+      assert.strictEqual(row.status, "failed")
+      assert.match(row.error!, /write access/)
+    })
+  )
+
+  it.effect("a row left in flight by a process that died is sent again with its key, unless the key has expired", () =>
+    Effect.gen(function* () {
+      const sandbox = yield* Sandbox
+      const sql = yield* SqlClient
+      const book = yield* bookId
+      const since = yield* sandbox.admin.lastRequestSeq
+      const recent = yield* insert("prospect.create", { book_id: book, first_name: "Lease", last_name: "Stale" })
+      const ancient = yield* insert("prospect.create", { book_id: book, first_name: "Key", last_name: "Expired" })
+      // As a crashed writer leaves them: claimed, maybe sent, never settled.
+      yield* sql`UPDATE crm_sync.outbox SET status = 'in_flight', attempts = 1, locked_by = 'dead-worker',
+                   locked_at = now() - interval '10 minutes', first_attempt_at = now() - interval '10 minutes'
+                 WHERE id = ${recent}::bigint`
+      yield* sql`UPDATE crm_sync.outbox SET status = 'in_flight', attempts = 1, locked_by = 'dead-worker',
+                   locked_at = now() - interval '2 hours', first_attempt_at = now() - interval '2 hours'
+                 WHERE id = ${ancient}::bigint`
+      yield* drain
+      const resent = yield* read(recent)
+      assert.strictEqual(resent.status, "succeeded")
+      const expired = yield* read(ancient)
+      assert.strictEqual(expired.status, "needs_review")
+      assert.match(expired.error!, /idempotency key/)
+      const posts = yield* sandbox.admin.requests({ method: "POST", path: "/v1/prospects", since })
+      assert.deepStrictEqual(
+        posts.map((post) => post.idempotency_key),
+        [resent.idempotency_key]
+      )
+    })
+  )
+
+  it.effect("retry of an unknown row is an error", () =>
+    Effect.gen(function* () {
+      const result = yield* Effect.flip(Outbox.retry("999999"))
+      assert.strictEqual(result._tag, "OutboxRowNotFound")
+    })
+  )
+})
