@@ -7,10 +7,10 @@
  */
 import { NodeRuntime, NodeServices } from "@effect/platform-node"
 import { Console, Effect, Layer, Logger, References } from "effect"
-import { Command, Flag } from "effect/cli"
-import { CliError } from "effect/cli"
+import { Argument, CliError, Command, Flag } from "effect/cli"
 import packageJson from "../package.json" with { type: "json" }
 import { AppConfig, ConfigInvalid } from "./config/AppConfig.ts"
+import * as Outbox from "./outbound/Outbox.ts"
 import { renderStatus, statusReport } from "./observability/StatusReport.ts"
 import { DatabaseInfo, DatabaseLive, MigratedDatabase } from "./warehouse/Database.ts"
 import { migrate as applyMigrations } from "./warehouse/Migrations.ts"
@@ -51,11 +51,30 @@ const status = Command.make(
     }).pipe(Effect.provide(MigratedDatabase))
 ).pipe(Command.withDescription("Show rows and freshness per resource, the rate budget, and the inbox and outbox."))
 
+const outboxRetry = Command.make(
+  "retry",
+  { id: Argument.Int("id").pipe(Argument.withDescription("The outbox row's id")) },
+  ({ id }) =>
+    Effect.gen(function* () {
+      const result = yield* Outbox.retry(String(id))
+      yield* Console.log(
+        result.changed
+          ? `outbox ${id}: pending again; the writer sends it next`
+          : `outbox ${id} is ${result.status}: nothing to retry`
+      )
+    }).pipe(Effect.provide(MigratedDatabase))
+).pipe(Command.withDescription("Send a failed or needs_review outbox row again."))
+
+const outbox = Command.make("outbox").pipe(
+  Command.withDescription("The firm's writes to the CRM (crm_sync.outbox)."),
+  Command.withSubcommands([outboxRetry])
+)
+
 const root = Command.make("crm-sync").pipe(
   Command.withDescription(
     "Keeps a firm's PostgreSQL warehouse in step with its CRM, and writes the firm's changes back."
   ),
-  Command.withSubcommands([migrate, status])
+  Command.withSubcommands([migrate, status, outbox])
 )
 
 const oneLine = (text: string) => text.replace(/\s+/g, " ").trim()
