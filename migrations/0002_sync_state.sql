@@ -5,13 +5,16 @@
 CREATE SCHEMA IF NOT EXISTS crm_sync;
 
 -- One row per accepted webhook delivery, keyed by the delivery's hook-id (spec §6.1: process
--- idempotently using hook-id). The body is kept byte for byte as it was signed.
+-- idempotently using hook-id). The body is kept byte for byte as it was signed, and parsed by the
+-- processor rather than stored as jsonb: a body jsonb would refuse (a \u0000 escape) must not fail
+-- the group-commit INSERT that carries other deliveries with it. `event_type` is the body's own,
+-- else the endpoint's fixed type (spec §6.3: some events carry none). A row is leased to one
+-- processor by `locked_by`/`locked_at` (FOR UPDATE SKIP LOCKED); `attempts` counts claims.
 CREATE TABLE crm_sync.webhook_inbox (
   hook_id text PRIMARY KEY,
   endpoint text NOT NULL,
   event_type text,
   body bytea NOT NULL,
-  payload jsonb,
   status text NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'processed', 'failed', 'dead', 'unhandled')),
   attempts integer NOT NULL DEFAULT 0,
   last_error text,
@@ -23,6 +26,21 @@ CREATE TABLE crm_sync.webhook_inbox (
 );
 CREATE INDEX webhook_inbox_claim ON crm_sync.webhook_inbox (next_attempt_at) WHERE status IN ('pending', 'failed');
 CREATE INDEX webhook_inbox_prune ON crm_sync.webhook_inbox (processed_at) WHERE status IN ('processed', 'unhandled');
+CREATE INDEX webhook_inbox_leases ON crm_sync.webhook_inbox (locked_at) WHERE locked_by IS NOT NULL;
+CREATE INDEX webhook_inbox_dead ON crm_sync.webhook_inbox (received_at) WHERE status = 'dead';
+
+-- Wake idle processors once per INSERT statement that stored work (the intake writes many rows
+-- per statement); the notification is delivered on commit, so a woken processor sees the rows.
+CREATE FUNCTION crm_sync.notify_webhook_inbox() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF EXISTS (SELECT 1 FROM inserted WHERE status = 'pending') THEN
+    PERFORM pg_notify('crm_sync_webhook_inbox', '');
+  END IF;
+  RETURN NULL;
+END
+$$;
+CREATE TRIGGER webhook_inbox_notify AFTER INSERT ON crm_sync.webhook_inbox
+  REFERENCING NEW TABLE AS inserted FOR EACH STATEMENT EXECUTE FUNCTION crm_sync.notify_webhook_inbox();
 
 -- The firm's writes to push to the CRM. A firm inserts (operation, payload); crm-sync owns the rest.
 CREATE TABLE crm_sync.outbox (
@@ -125,12 +143,15 @@ CREATE TABLE crm_sync.reconciliation_reports (
 );
 
 -- OAuth credentials per connection, encrypted at rest (AES-256-GCM, connection name as
--- associated data). The refresh lock is this row's FOR UPDATE.
+-- associated data). The refresh lock is this row's FOR UPDATE. `user_id` is the CRM user the
+-- grant belongs to (GET /v1/me at connect): spec §8 counts an OAuth app's requests per user, so
+-- connections of one user to several companies (§5.4) share one rate bucket.
 CREATE TABLE crm_sync.credentials (
   connection text PRIMARY KEY,
   access_token bytea,
   refresh_token bytea,
   access_expires_at timestamptz,
+  user_id text,
   needs_reauthorization boolean NOT NULL DEFAULT false,
   last_error text,
   updated_at timestamptz NOT NULL DEFAULT now()

@@ -1,0 +1,367 @@
+/**
+ * RateBudget: the one scheduler every CRM request goes through (spec §8). A request takes a
+ * permit from its three buckets — token/user, company/app, IP — at once, or from none of them;
+ * the buckets live in `crm_sync.rate_windows`, so every process on the database draws on the same
+ * windows and a backfill beside a running daemon never exceeds a limit together with it.
+ *
+ * One acquire is one short transaction: an upsert of the three rows (which locks them, always in
+ * key order, so two acquirers cannot deadlock), the decision of `Windows.decide` on the locked
+ * state with the database's clock, and, if granted, the update. A denied acquirer learns the
+ * earliest moment worth asking again (its window's reset, a 429's `blocked_until`, the reserve's
+ * decay) and sleeps until then: waiting costs no queries. Time is the database's
+ * (`clock_timestamp()`): one clock for all processes, whatever their hosts' clocks say.
+ *
+ * Why not `effect/persistence/RateLimiter`: its "fixed-window" store grows a per-key TTL by
+ * `window / limit` per token, a smoothed limit rather than spec §8's window that begins at its
+ * first request and resets all at once; it consumes one key per call, so three buckets cannot be
+ * taken atomically (a permit from two buckets and a refusal from the third would leak); it has no
+ * priorities and no externally imposed block (a 429's `Retry-After`); and its stores are memory
+ * and Redis, where ours must be the PostgreSQL the processes already share.
+ */
+import { Context, DateTime, Duration, Effect, Layer, Random, Schedule, Schema } from "effect"
+import { SqlClient } from "effect/sql/SqlClient"
+import type { SqlError } from "effect/sql/SqlError"
+import { AppConfig } from "../config/AppConfig.ts"
+import { clampRetryAfter, jitterRetryAfter } from "./RetryAfter.ts"
+import {
+  type BucketScope,
+  type BucketSpec,
+  decide,
+  type Decision,
+  effectiveMargin,
+  type Policy,
+  type Priority,
+  timeUntil as windowsTimeUntil,
+  type WaitReason,
+  type WindowState
+} from "./Windows.ts"
+
+export type { BucketScope, BucketSpec, Policy, Priority, WaitReason } from "./Windows.ts"
+
+export class BudgetError extends Schema.TaggedError<BudgetError>()("BudgetError", {
+  message: Schema.String,
+  cause: Schema.optional(Schema.Defect())
+}) {}
+
+/** A bucket as `status` reports it (and `crm-sync status --json` prints it). */
+export interface BucketStatus {
+  readonly bucket: string
+  readonly scope: BucketScope
+  readonly limit: number
+  /** Requests counted in the current window (0 once it has ended). */
+  readonly used: number
+  readonly window: Duration.Duration
+  /** Start of the current window, if one is running. */
+  readonly windowStart: DateTime.Utc | undefined
+  /** When the current window ends and a fresh one may begin (plus the safety margin). */
+  readonly resetsAt: DateTime.Utc | undefined
+  /** Set by a 429: no request is sent on this bucket before then. */
+  readonly blockedUntil: DateTime.Utc | undefined
+}
+
+/** The JSON shape of a bucket's status (snake_case, as `status --json` prints it). */
+export const bucketStatusJson = (status: BucketStatus) => ({
+  bucket: status.bucket,
+  scope: status.scope,
+  limit: status.limit,
+  used: status.used,
+  window_seconds: Duration.toSeconds(status.window),
+  window_start: status.windowStart === undefined ? null : DateTime.formatIso(status.windowStart),
+  resets_at: status.resetsAt === undefined ? null : DateTime.formatIso(status.resetsAt),
+  blocked_until: status.blockedUntil === undefined ? null : DateTime.formatIso(status.blockedUntil)
+})
+
+/** The answer of `tryAcquire`. */
+export type TryAcquire =
+  | { readonly granted: true }
+  | {
+      readonly granted: false
+      readonly retryIn: Duration.Duration
+      readonly bucket: string
+      readonly reason: WaitReason
+    }
+
+/** Which of a request's buckets a 429 names; `unknown` blocks all of them (the safe reading). */
+export type ExhaustedLimit = BucketScope | "unknown"
+
+const Row = Schema.Struct({
+  bucket: Schema.String,
+  scope: Schema.Literals(["token", "company", "ip"]),
+  request_limit: Schema.Number,
+  window_ms: Schema.Number,
+  window_start_ms: Schema.NullOr(Schema.Number),
+  used: Schema.Number,
+  blocked_until_ms: Schema.NullOr(Schema.Number),
+  now_ms: Schema.Number
+})
+type Row = typeof Row.Type
+const decodeRows = Schema.decodeUnknownEffect(Schema.Array(Row))
+
+const toState = (row: Row): WindowState => ({
+  key: row.bucket,
+  scope: row.scope,
+  limit: row.request_limit,
+  windowMs: row.window_ms,
+  windowStart: row.window_start_ms === null ? null : Math.round(row.window_start_ms),
+  used: row.used,
+  blockedUntil: row.blocked_until_ms === null ? null : Math.round(row.blocked_until_ms)
+})
+
+/** Columns every query returns, times as epoch milliseconds on the database's clock. */
+const COLUMNS = `bucket, scope, request_limit, window_ms::float8 AS window_ms,
+  (extract(epoch FROM window_start) * 1000)::float8 AS window_start_ms, used,
+  (extract(epoch FROM blocked_until) * 1000)::float8 AS blocked_until_ms,
+  (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS now_ms`
+
+/** Waking a little after the computed moment spreads processes that were waiting for the same one. */
+const wakeJitterMs = (waitMs: number) => Math.min(25, Math.ceil(waitMs * 0.02))
+
+/** A lost row-lock race (deadlock, serialization) is retried briefly before it counts as a failure. */
+const transactionRetry = Schedule.exponential("20 millis").pipe(Schedule.jittered, Schedule.upTo({ times: 4 }))
+
+export class RateBudget extends Context.Service<
+  RateBudget,
+  {
+    /**
+     * Waits until `permits` (default 1) requests may start on all of `buckets`, then counts them.
+     * Never fails for lack of budget, only when the database cannot be reached.
+     */
+    readonly acquire: (
+      buckets: ReadonlyArray<BucketSpec>,
+      options: { readonly priority: Priority; readonly permits?: number }
+    ) => Effect.Effect<void, BudgetError>
+    /**
+     * Takes the permits if they are available now, without waiting; otherwise says how long until
+     * they might be, which bucket is the reason, and why.
+     */
+    readonly tryAcquire: (
+      buckets: ReadonlyArray<BucketSpec>,
+      options: { readonly priority: Priority; readonly permits?: number }
+    ) => Effect.Effect<TryAcquire, BudgetError>
+    /**
+     * Records a 429: the named bucket (all of them for `unknown`) takes no permits until the
+     * clamped, jittered `retryAfter` has passed — for every process, and across restarts — and its
+     * window starts afresh after that. Returns the wait applied.
+     */
+    readonly markExhausted: (
+      buckets: ReadonlyArray<BucketSpec>,
+      limit: ExhaustedLimit,
+      retryAfter: Duration.Duration | undefined
+    ) => Effect.Effect<Duration.Duration, BudgetError>
+    /** used / limit / resets-at per bucket: the given ones, or every bucket on record. */
+    readonly status: (buckets?: ReadonlyArray<BucketSpec>) => Effect.Effect<ReadonlyArray<BucketStatus>, BudgetError>
+    /** How long until `permits` more requests could have been sent, if nobody else used these buckets. */
+    readonly timeUntil: (
+      buckets: ReadonlyArray<BucketSpec>,
+      permits: number,
+      priority: Priority
+    ) => Effect.Effect<Duration.Duration, BudgetError>
+    readonly policy: Policy
+  }
+>()("crm-sync/budget/RateBudget") {
+  /** The budget with an explicit policy (tests, benchmarks). Needs only a SqlClient. */
+  static readonly layerWith = (policy: Policy) => Layer.effect(RateBudget, make(policy))
+
+  /** The budget configured by `budget.*` of AppConfig. */
+  static readonly layer = Layer.effect(
+    RateBudget,
+    Effect.gen(function* () {
+      const config = yield* AppConfig
+      return yield* make({
+        reserveInteractive: config.budget.reserve_interactive,
+        reserveIncremental: config.budget.reserve_incremental,
+        marginMs: Duration.toMillis(config.budget.safety_margin)
+      })
+    })
+  )
+}
+
+const failWith = (message: string) => (cause: SqlError | Schema.SchemaError) => new BudgetError({ message, cause })
+
+/**
+ * Numbers for an array parameter, as text: the driver infers each element's type from its value
+ * (an integer and a fraction would disagree), so the SQL casts them instead.
+ */
+const numbers = (values: ReadonlyArray<number>) => values.map(String)
+
+/** Buckets without duplicates, in key order: the one order every process locks rows in. */
+const ordered = (buckets: ReadonlyArray<BucketSpec>) =>
+  [...new Map(buckets.map((bucket) => [bucket.key, bucket])).values()].toSorted(byKey)
+
+const byKey = (a: BucketSpec, b: BucketSpec) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0)
+
+const validated = (buckets: ReadonlyArray<BucketSpec>, permits: number) => {
+  const sorted = ordered(buckets)
+  const smallest = Math.min(...sorted.map((bucket) => bucket.limit))
+  return sorted.length > 0 && Number.isInteger(permits) && permits >= 1 && permits <= smallest
+    ? Effect.succeed(sorted)
+    : Effect.fail(new BudgetError({ message: `cannot take ${permits} permits from buckets of ${smallest}` }))
+}
+
+const make = Effect.fnUntraced(function* (policy: Policy) {
+  const sql = yield* SqlClient
+
+  /** The buckets as rows, in the given (key) order: `INSERT ... SELECT` locks them in this order. */
+  const upsertSource = (buckets: ReadonlyArray<BucketSpec>) =>
+    sql`SELECT key, scope, request_limit::int, window_ms::bigint FROM unnest(
+      ${buckets.map((bucket) => bucket.key)}::text[],
+      ${buckets.map((bucket) => bucket.scope)}::text[],
+      ${numbers(buckets.map((bucket) => bucket.limit))}::text[],
+      ${numbers(buckets.map((bucket) => bucket.windowMs))}::text[]) AS v(key, scope, request_limit, window_ms)`
+
+  /** Upserts (and so locks, in key order) the buckets' rows and returns their state. */
+  const lockRows = (buckets: ReadonlyArray<BucketSpec>) =>
+    sql`INSERT INTO crm_sync.rate_windows (bucket, scope, request_limit, window_ms)
+      ${upsertSource(buckets)}
+      ON CONFLICT (bucket) DO UPDATE
+        SET request_limit = excluded.request_limit, window_ms = excluded.window_ms
+      RETURNING ${sql.literal(COLUMNS)}`.pipe(Effect.flatMap(decodeRows))
+
+  /** One attempt: lock, decide, record. Returns the decision and the database's time. */
+  const attempt = (buckets: ReadonlyArray<BucketSpec>, permits: number, priority: Priority) =>
+    sql
+      .withTransaction(
+        Effect.gen(function* () {
+          const rows = yield* lockRows(buckets)
+          const now = Math.max(...rows.map((row) => row.now_ms))
+          const decision: Decision = decide(rows.map(toState), now, permits, priority, policy)
+          if (decision.kind === "grant") {
+            yield* sql`UPDATE crm_sync.rate_windows AS w
+              SET window_start = to_timestamp(v.start_ms::float8 / 1000), used = v.used::int, updated_at = now()
+              FROM unnest(${decision.windows.map((window) => window.key)}::text[],
+                          ${numbers(decision.windows.map((window) => window.windowStart ?? now))}::text[],
+                          ${numbers(decision.windows.map((window) => window.used))}::text[]) AS v(bucket, start_ms, used)
+              WHERE w.bucket = v.bucket`
+          }
+          return { decision, now }
+        })
+      )
+      .pipe(Effect.retry(transactionRetry), Effect.mapError(failWith("cannot take a permit from the rate budget")))
+
+  const acquire = Effect.fn("RateBudget.acquire")(function* (
+    buckets: ReadonlyArray<BucketSpec>,
+    options: { readonly priority: Priority; readonly permits?: number }
+  ) {
+    const permits = options.permits ?? 1
+    const sorted = yield* validated(buckets, permits)
+    while (true) {
+      const { decision, now } = yield* attempt(sorted, permits, options.priority)
+      if (decision.kind === "grant") return
+      const waitMs = decision.until - now
+      if (waitMs >= 1_000) {
+        yield* Effect.logDebug("rate budget: waiting").pipe(
+          Effect.annotateLogs({
+            bucket: decision.bucket,
+            reason: decision.reason,
+            priority: options.priority,
+            seconds: Math.round(waitMs / 100) / 10
+          })
+        )
+      }
+      const jitter = yield* Random.nextBetween(0, wakeJitterMs(waitMs))
+      yield* Effect.sleep(Duration.millis(waitMs + jitter))
+    }
+  })
+
+  const tryAcquire = Effect.fn("RateBudget.tryAcquire")(function* (
+    buckets: ReadonlyArray<BucketSpec>,
+    options: { readonly priority: Priority; readonly permits?: number }
+  ) {
+    const permits = options.permits ?? 1
+    const sorted = yield* validated(buckets, permits)
+    const { decision, now } = yield* attempt(sorted, permits, options.priority)
+    return decision.kind === "grant"
+      ? ({ granted: true } satisfies TryAcquire)
+      : ({
+          granted: false,
+          retryIn: Duration.millis(Math.max(0, decision.until - now)),
+          bucket: decision.bucket,
+          reason: decision.reason
+        } satisfies TryAcquire)
+  })
+
+  const markExhausted = Effect.fn("RateBudget.markExhausted")(function* (
+    buckets: ReadonlyArray<BucketSpec>,
+    limit: ExhaustedLimit,
+    retryAfter: Duration.Duration | undefined
+  ) {
+    const targets = ordered(limit === "unknown" ? buckets : buckets.filter((bucket) => bucket.scope === limit))
+    // A 429 naming a bucket this request does not use is read as naming all of them.
+    const marked = targets.length > 0 ? targets : ordered(buckets)
+    // Without a usable Retry-After, the longest the server can still hold us is one window.
+    const fallback = Math.max(...marked.map((bucket) => bucket.windowMs))
+    const clamped = clampRetryAfter(retryAfter === undefined ? undefined : Duration.toMillis(retryAfter), fallback)
+    const waitMs = jitterRetryAfter(clamped, yield* Random.next)
+    // The window restarts after the block: the server's own window has ended by then, and our next
+    // first permit lines ours up with its next one again.
+    yield* sql`INSERT INTO crm_sync.rate_windows (bucket, scope, request_limit, window_ms)
+      ${upsertSource(marked)}
+      ON CONFLICT (bucket) DO UPDATE SET request_limit = excluded.request_limit, window_ms = excluded.window_ms`.pipe(
+      Effect.andThen(
+        sql`UPDATE crm_sync.rate_windows
+          SET blocked_until = GREATEST(COALESCE(blocked_until, '-infinity'::timestamptz),
+                                       clock_timestamp() + make_interval(secs => ${waitMs / 1000})),
+              window_start = NULL, used = 0, updated_at = now()
+          WHERE bucket = ANY(${marked.map((bucket) => bucket.key)}::text[])`
+      ),
+      sql.withTransaction,
+      Effect.mapError(failWith("cannot record a 429 in the rate budget"))
+    )
+    yield* Effect.logWarning("rate budget: bucket exhausted (429)").pipe(
+      Effect.annotateLogs({ buckets: marked.map((bucket) => bucket.key).join(","), seconds: waitMs / 1000 })
+    )
+    return Duration.millis(waitMs)
+  })
+
+  const readRows = (buckets: ReadonlyArray<BucketSpec> | undefined) =>
+    (buckets === undefined
+      ? sql`SELECT ${sql.literal(COLUMNS)} FROM crm_sync.rate_windows ORDER BY bucket`
+      : sql`SELECT ${sql.literal(COLUMNS)} FROM crm_sync.rate_windows
+          WHERE bucket = ANY(${buckets.map((bucket) => bucket.key)}::text[]) ORDER BY bucket`
+    ).pipe(Effect.flatMap(decodeRows))
+
+  const status = Effect.fn("RateBudget.status")(function* (buckets?: ReadonlyArray<BucketSpec>) {
+    const rows = yield* readRows(buckets).pipe(Effect.mapError(failWith("cannot read the rate budget")))
+    const known = new Map(rows.map((row) => [row.bucket, row]))
+    // Buckets never used yet have no row: report them as empty rather than leave them out.
+    const missing = (buckets ?? []).filter((bucket) => !known.has(bucket.key))
+    const now = rows[0]?.now_ms ?? (yield* Effect.clockWith((clock) => clock.currentTimeMillis))
+    const reported = [
+      ...rows.map(toState),
+      ...missing.map((bucket): WindowState => ({ ...bucket, windowStart: null, used: 0, blockedUntil: null }))
+    ]
+    return reported.map((state): BucketStatus => {
+      const margin = effectiveMargin(state.windowMs, policy)
+      const live = state.windowStart !== null && now < state.windowStart + state.windowMs + margin
+      return {
+        bucket: state.key,
+        scope: state.scope,
+        limit: state.limit,
+        used: live ? state.used : 0,
+        window: Duration.millis(state.windowMs),
+        windowStart: live ? DateTime.makeUnsafe(state.windowStart!) : undefined,
+        resetsAt: live ? DateTime.makeUnsafe(state.windowStart! + state.windowMs + margin) : undefined,
+        blockedUntil:
+          state.blockedUntil !== null && state.blockedUntil > now ? DateTime.makeUnsafe(state.blockedUntil) : undefined
+      }
+    })
+  })
+
+  const timeUntil = Effect.fn("RateBudget.timeUntil")(function* (
+    buckets: ReadonlyArray<BucketSpec>,
+    permits: number,
+    priority: Priority
+  ) {
+    if (permits <= 0) return Duration.zero
+    const sorted = ordered(buckets)
+    const rows = yield* readRows(sorted).pipe(Effect.mapError(failWith("cannot read the rate budget")))
+    const known = new Map(rows.map((row) => [row.bucket, toState(row)]))
+    const now = rows[0]?.now_ms ?? (yield* Effect.clockWith((clock) => clock.currentTimeMillis))
+    const states = sorted.map(
+      (bucket): WindowState => known.get(bucket.key) ?? { ...bucket, windowStart: null, used: 0, blockedUntil: null }
+    )
+    return Duration.millis(windowsTimeUntil(states, now, permits, priority, policy))
+  })
+
+  return RateBudget.of({ acquire, tryAcquire, markExhausted, status, timeUntil, policy })
+})

@@ -1,0 +1,354 @@
+/**
+ * Credentials: the bearer token each request of a connection carries (spec §5.1).
+ *
+ * A personal access token (spec §5.2) comes from the config and never changes. An OAuth connection
+ * (spec §5.3) keeps its token pair in `crm_sync.credentials`, encrypted (TokenCipher), and
+ * refreshes it with the `refresh_token` grant shortly before it expires or when the API answers
+ * 401. Refreshing is single-flight across every process on the database: the refresher holds the
+ * connection's row lock (`SELECT ... FOR UPDATE`) while it calls the token endpoint and commits the
+ * new pair — the rotated refresh token included — before anyone uses the new access token. A
+ * process that waited on the lock finds the token changed and uses it without a token request of
+ * its own. `invalid_grant` marks the connection as needing re-authorization (visible in `status`);
+ * nothing retries it until `crm-sync connect` stores a new pair.
+ *
+ * One hazard is left to the authorization server: if it rotates the refresh token and our commit
+ * then fails, the stored refresh token is the old one, and the next refresh ends in `invalid_grant`
+ * (needs re-authorization) — loud, never a silent loop.
+ */
+import { Context, DateTime, Duration, Effect, Layer, Option, Redacted, Result, Schema, Semaphore } from "effect"
+import type { HttpClient } from "effect/http"
+import { SqlClient } from "effect/sql/SqlClient"
+import { AppConfig, type Connection, type CredentialKind } from "../config/AppConfig.ts"
+import {
+  CrmError,
+  type CrmErrorReason,
+  DatabaseUnavailable,
+  MissingCredentials,
+  NeedsReauthorization,
+  Unauthorized
+} from "./CrmError.ts"
+import { refreshGrant, type TokenSet } from "./OAuth.ts"
+import { open, parseKey, seal, type TokenKey } from "./TokenCipher.ts"
+
+/** An access token this close to its expiry is refreshed before use rather than sent. */
+const REFRESH_AHEAD = Duration.seconds(60)
+
+/** How long a refresher waits for another process's refresh (which is bounded by its own timeout). */
+const LOCK_TIMEOUT = "60s"
+
+export interface CredentialStatus {
+  readonly connection: string
+  readonly kind: CredentialKind
+  /** Where the token comes from: the config, the credentials table, or nowhere yet. */
+  readonly source: "config" | "stored" | "none"
+  readonly needsReauthorization: boolean
+  /** The CRM user an OAuth grant belongs to, once `connect` has asked `GET /v1/me`. */
+  readonly userId: string | undefined
+  readonly accessExpiresAt: DateTime.Utc | undefined
+  readonly lastError: string | undefined
+  readonly updatedAt: DateTime.Utc | undefined
+}
+
+const Row = Schema.Struct({
+  access_token: Schema.NullOr(Schema.Uint8Array),
+  refresh_token: Schema.NullOr(Schema.Uint8Array),
+  needs_reauthorization: Schema.Boolean,
+  user_id: Schema.NullOr(Schema.String),
+  last_error: Schema.NullOr(Schema.String),
+  /** Milliseconds left before the access token expires (negative once it has), on the database's clock. */
+  expires_in_ms: Schema.NullOr(Schema.Number),
+  expires_at_ms: Schema.NullOr(Schema.Number),
+  updated_at_ms: Schema.Number
+})
+type Row = typeof Row.Type
+const decodeRows = Schema.decodeUnknownEffect(Schema.Array(Row))
+
+const COLUMNS = `access_token, refresh_token, needs_reauthorization, user_id, last_error,
+  (extract(epoch FROM access_expires_at - clock_timestamp()) * 1000)::float8 AS expires_in_ms,
+  (extract(epoch FROM access_expires_at) * 1000)::float8 AS expires_at_ms,
+  (extract(epoch FROM updated_at) * 1000)::float8 AS updated_at_ms`
+
+/** A personal token, or an OAuth connection configured with a fixed token instead of OAuth settings. */
+const configuredToken = (connection: Connection): Redacted.Redacted<string> | undefined =>
+  connection.credential === "personal" || connection.oauth === undefined ? connection.token : undefined
+
+const failure = (operation: string, connection: Connection, reason: CrmErrorReason) =>
+  new CrmError({ operation, connection: connection.name, attempts: 1, reason })
+
+const database = (operation: string, connection: Connection) => (cause: unknown) =>
+  failure(
+    operation,
+    connection,
+    new DatabaseUnavailable({ detail: cause instanceof Error ? cause.message.slice(0, 200) : "credentials" })
+  )
+
+const notConnected = (operation: string, connection: Connection) =>
+  failure(
+    operation,
+    connection,
+    new MissingCredentials({
+      detail: `connection ${connection.name} has no OAuth tokens yet: run \`crm-sync connect ${connection.name}\``
+    })
+  )
+
+interface Cached {
+  readonly token: Redacted.Redacted<string>
+  /** Clock millis after which the token is refreshed before use; undefined: no known expiry. */
+  readonly refreshAt: number | undefined
+}
+
+export class Credentials extends Context.Service<
+  Credentials,
+  {
+    /** The token to send now: the configured one, or the stored OAuth token (refreshed if about to expire). */
+    readonly token: (connection: Connection) => Effect.Effect<Redacted.Redacted<string>, CrmError>
+    /**
+     * A fresh OAuth token after `rejected` was refused (401) or expired: one token request per
+     * connection across all processes; a caller that waited for another's refresh gets its result.
+     */
+    readonly refresh: (
+      connection: Connection,
+      rejected: Redacted.Redacted<string> | undefined
+    ) => Effect.Effect<Redacted.Redacted<string>, CrmError>
+    /** Stores a token pair from `connect` (encrypted), clearing any "needs re-authorization". */
+    readonly store: (connection: Connection, tokens: TokenSet) => Effect.Effect<void, CrmError>
+    /** Records which CRM user a connection's grant belongs to (its OAuth user bucket, spec §8). */
+    readonly recordUser: (connection: Connection, userId: string) => Effect.Effect<void, CrmError>
+    /** What `crm-sync status` shows of a connection's credentials (no token values). */
+    readonly status: (connection: Connection) => Effect.Effect<CredentialStatus, CrmError>
+  }
+>()("crm-sync/crm/Credentials") {
+  static readonly layer: Layer.Layer<Credentials, never, AppConfig | SqlClient | HttpClient.HttpClient> = Layer.effect(
+    Credentials,
+    Effect.gen(function* () {
+      const config = yield* AppConfig
+      const sql = yield* SqlClient
+      const httpClient = yield* Effect.context<HttpClient.HttpClient>()
+
+      const key: Result.Result<TokenKey, string> =
+        config.encryption_key === undefined
+          ? Result.fail(
+              "CRM_SYNC_ENCRYPTION_KEY (encryption_key) is not set; OAuth tokens are stored encrypted with it"
+            )
+          : parseKey(config.encryption_key)
+
+      const cache = new Map<string, Cached>()
+      const locks = new Map<string, Semaphore.Semaphore>()
+      const lockFor = (name: string) => {
+        const existing = locks.get(name)
+        if (existing !== undefined) return existing
+        const created = Semaphore.makeUnsafe(1)
+        locks.set(name, created)
+        return created
+      }
+
+      const tokenKey = (operation: string, connection: Connection) =>
+        Result.match(key, {
+          onSuccess: Effect.succeed,
+          onFailure: (detail) => Effect.fail(failure(operation, connection, new MissingCredentials({ detail })))
+        })
+
+      const openToken = (operation: string, connection: Connection, sealed: Uint8Array) =>
+        Effect.flatMap(tokenKey(operation, connection), (k) =>
+          Result.match(open(k, connection.name, sealed), {
+            onSuccess: Effect.succeed,
+            onFailure: (detail) => Effect.fail(failure(operation, connection, new MissingCredentials({ detail })))
+          })
+        )
+
+      const readRow = (connection: Connection, lock: boolean) =>
+        (lock
+          ? sql`SELECT ${sql.literal(COLUMNS)} FROM crm_sync.credentials WHERE connection = ${connection.name} FOR UPDATE`
+          : sql`SELECT ${sql.literal(COLUMNS)} FROM crm_sync.credentials WHERE connection = ${connection.name}`
+        ).pipe(
+          Effect.flatMap(decodeRows),
+          Effect.map((rows) => Option.fromUndefinedOr(rows[0]))
+        )
+
+      const remember = Effect.fnUntraced(function* (
+        connection: Connection,
+        token: Redacted.Redacted<string>,
+        expiresInMs: number | null
+      ) {
+        const now = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
+        cache.set(connection.name, {
+          token,
+          refreshAt: expiresInMs === null ? undefined : now + expiresInMs - Duration.toMillis(REFRESH_AHEAD)
+        })
+        return token
+      })
+
+      /** Inside the row lock: reuse a token someone else refreshed, or refresh it ourselves. */
+      const refreshLocked = Effect.fnUntraced(function* (
+        connection: Connection,
+        rejected: Redacted.Redacted<string> | undefined
+      ) {
+        const operation = "Credentials.refresh"
+        yield* sql.unsafe(`SET LOCAL lock_timeout = '${LOCK_TIMEOUT}'`)
+        const row = yield* readRow(connection, true)
+        if (Option.isNone(row) || row.value.access_token === null) return yield* notConnected(operation, connection)
+        if (row.value.needs_reauthorization) {
+          return yield* failure(
+            operation,
+            connection,
+            new NeedsReauthorization(row.value.last_error === null ? {} : { detail: row.value.last_error })
+          )
+        }
+        const current = yield* openToken(operation, connection, row.value.access_token)
+        const expiring = row.value.expires_in_ms !== null && row.value.expires_in_ms < Duration.toMillis(REFRESH_AHEAD)
+        const replaced = rejected !== undefined && Redacted.value(current) !== Redacted.value(rejected)
+        if ((rejected === undefined || replaced) && !expiring) {
+          return Result.succeed({ token: current, expiresInMs: row.value.expires_in_ms, refreshed: false })
+        }
+        if (row.value.refresh_token === null) {
+          yield* sql`UPDATE crm_sync.credentials
+            SET needs_reauthorization = true, last_error = 'no refresh token', updated_at = now()
+            WHERE connection = ${connection.name}`
+          return Result.fail(failure(operation, connection, new NeedsReauthorization({ detail: "no refresh token" })))
+        }
+        const refreshToken = yield* openToken(operation, connection, row.value.refresh_token)
+        const outcome = yield* refreshGrant(connection, refreshToken).pipe(
+          Effect.provideContext(httpClient),
+          Effect.result
+        )
+        if (Result.isFailure(outcome)) {
+          const reason = outcome.failure.reason
+          const needsReauthorization = reason instanceof NeedsReauthorization
+          // Committed with the failure: `status` shows it, and no other process retries a dead grant.
+          yield* sql`UPDATE crm_sync.credentials
+            SET needs_reauthorization = needs_reauthorization OR ${needsReauthorization},
+                last_error = ${needsReauthorization ? `invalid_grant${reason.detail === undefined ? "" : `: ${reason.detail}`}` : reason.description},
+                updated_at = now()
+            WHERE connection = ${connection.name}`
+          return Result.fail(outcome.failure)
+        }
+        const tokens = outcome.success
+        const k = yield* tokenKey(operation, connection)
+        const expiresInMs = tokens.expiresIn === undefined ? null : Duration.toMillis(tokens.expiresIn)
+        // The new refresh token is committed with the access token, before either is used.
+        yield* sql`UPDATE crm_sync.credentials
+          SET access_token = ${seal(k, connection.name, tokens.accessToken)},
+              refresh_token = ${tokens.refreshToken === undefined ? row.value.refresh_token : seal(k, connection.name, tokens.refreshToken)},
+              access_expires_at = ${expiresInMs === null ? null : expiresInMs / 1000}::float8 * interval '1 second' + clock_timestamp(),
+              needs_reauthorization = false, last_error = NULL, updated_at = now()
+          WHERE connection = ${connection.name}`
+        return Result.succeed({ token: tokens.accessToken, expiresInMs, refreshed: true })
+      })
+
+      const refresh = Effect.fn("Credentials.refresh")(function* (
+        connection: Connection,
+        rejected: Redacted.Redacted<string> | undefined
+      ) {
+        if (configuredToken(connection) !== undefined) {
+          // A configured token cannot be refreshed: a 401 for it is final.
+          return yield* failure("Credentials.refresh", connection, new Unauthorized({}))
+        }
+        const outcome = yield* lockFor(connection.name).withPermit(
+          sql
+            .withTransaction(refreshLocked(connection, rejected))
+            .pipe(
+              Effect.catchTag(["SqlError", "SchemaError"], (error) =>
+                Effect.fail(database("Credentials.refresh", connection)(error))
+              )
+            )
+        )
+        if (Result.isFailure(outcome)) {
+          cache.delete(connection.name)
+          return yield* outcome.failure
+        }
+        if (outcome.success.refreshed) {
+          yield* Effect.logInfo("credentials: refreshed the OAuth access token").pipe(
+            Effect.annotateLogs({ connection: connection.name })
+          )
+        }
+        return yield* remember(connection, outcome.success.token, outcome.success.expiresInMs)
+      })
+
+      const token = Effect.fn("Credentials.token")(function* (connection: Connection) {
+        const configured = configuredToken(connection)
+        if (configured !== undefined) return configured
+        const now = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
+        const cached = cache.get(connection.name)
+        if (cached !== undefined && (cached.refreshAt === undefined || now < cached.refreshAt)) return cached.token
+        const row = yield* readRow(connection, false).pipe(Effect.mapError(database("Credentials.token", connection)))
+        if (Option.isNone(row) || row.value.access_token === null) {
+          return yield* notConnected("Credentials.token", connection)
+        }
+        if (row.value.needs_reauthorization) {
+          return yield* failure(
+            "Credentials.token",
+            connection,
+            new NeedsReauthorization(row.value.last_error === null ? {} : { detail: row.value.last_error })
+          )
+        }
+        const stored = yield* openToken("Credentials.token", connection, row.value.access_token)
+        if (row.value.expires_in_ms !== null && row.value.expires_in_ms < Duration.toMillis(REFRESH_AHEAD)) {
+          return yield* refresh(connection, undefined)
+        }
+        return yield* remember(connection, stored, row.value.expires_in_ms)
+      })
+
+      const store = Effect.fn("Credentials.store")(function* (connection: Connection, tokens: TokenSet) {
+        const k = yield* tokenKey("Credentials.store", connection)
+        const expiresInMs = tokens.expiresIn === undefined ? null : Duration.toMillis(tokens.expiresIn)
+        yield* sql`INSERT INTO crm_sync.credentials
+            (connection, access_token, refresh_token, access_expires_at, user_id, needs_reauthorization, last_error, updated_at)
+          VALUES (${connection.name}, ${seal(k, connection.name, tokens.accessToken)},
+            ${tokens.refreshToken === undefined ? null : seal(k, connection.name, tokens.refreshToken)},
+            ${expiresInMs === null ? null : expiresInMs / 1000}::float8 * interval '1 second' + clock_timestamp(),
+            NULL, false, NULL, now())
+          ON CONFLICT (connection) DO UPDATE SET
+            access_token = excluded.access_token, refresh_token = excluded.refresh_token,
+            access_expires_at = excluded.access_expires_at, user_id = NULL, needs_reauthorization = false,
+            last_error = NULL, updated_at = now()`.pipe(Effect.mapError(database("Credentials.store", connection)))
+        cache.delete(connection.name)
+      })
+
+      const recordUser = Effect.fn("Credentials.recordUser")(function* (connection: Connection, userId: string) {
+        yield* sql`UPDATE crm_sync.credentials SET user_id = ${userId}, updated_at = now()
+          WHERE connection = ${connection.name}`.pipe(Effect.mapError(database("Credentials.recordUser", connection)))
+      })
+
+      const status = Effect.fn("Credentials.status")(function* (connection: Connection) {
+        if (configuredToken(connection) !== undefined) {
+          return {
+            connection: connection.name,
+            kind: connection.credential,
+            source: "config",
+            needsReauthorization: false,
+            userId: undefined,
+            accessExpiresAt: undefined,
+            lastError: undefined,
+            updatedAt: undefined
+          } satisfies CredentialStatus
+        }
+        const row = yield* readRow(connection, false).pipe(Effect.mapError(database("Credentials.status", connection)))
+        return Option.match(row, {
+          onNone: (): CredentialStatus => ({
+            connection: connection.name,
+            kind: connection.credential,
+            source: "none",
+            needsReauthorization: false,
+            userId: undefined,
+            accessExpiresAt: undefined,
+            lastError: undefined,
+            updatedAt: undefined
+          }),
+          onSome: (value): CredentialStatus => ({
+            connection: connection.name,
+            kind: connection.credential,
+            source: value.access_token === null ? "none" : "stored",
+            needsReauthorization: value.needs_reauthorization,
+            userId: value.user_id ?? undefined,
+            accessExpiresAt:
+              value.expires_at_ms === null ? undefined : DateTime.makeUnsafe(Math.round(value.expires_at_ms)),
+            lastError: value.last_error ?? undefined,
+            updatedAt: DateTime.makeUnsafe(Math.round(value.updated_at_ms))
+          })
+        })
+      })
+
+      return Credentials.of({ token, refresh, store, recordUser, status })
+    })
+  )
+}

@@ -1,0 +1,221 @@
+/**
+ * Rate-budget benchmark: `npx node test/bench/budget.ts [--windows N] [--no-docs]`.
+ *
+ * Three independent client stacks — each with its own RateBudget, Credentials, CrmClient, HTTP
+ * client and PostgreSQL pool, as three processes would have — share one database and one OAuth
+ * connection, and crawl `GET /v1/financial_accounts` (bulk priority) as fast as the budget lets
+ * them, against the in-process sandbox with its rate-limit window shortened to 10 seconds (spec
+ * §8's limits, per window: 500 per user, 1,000 per app, 10,000 per IP — the user bucket is the
+ * strictest). The budget's configuration is the default one (reserves 10% + 10%, safety margin
+ * 2 s, which a 10-second window caps at 1 s).
+ *
+ * The windows are the sandbox's own, rebuilt from its request log exactly as it opens them (a
+ * window begins at the first request after the previous one ended). Printed: requests per server
+ * window, 429 answers, and the strictest bucket's utilization per full window; the figures are
+ * written into docs/client-and-budget.md between the bench markers. Requires nothing but this
+ * repository: PostgreSQL is embedded, in a temporary folder.
+ */
+import { NodeHttpClient } from "@effect/platform-node"
+import { PgClient } from "@effect/sql-pg"
+import { Duration, Effect, Exit, Fiber, Layer, Redacted, Scope, Stream } from "effect"
+import { Reactivity } from "effect/reactivity"
+import { randomBytes } from "node:crypto"
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { availableParallelism, tmpdir } from "node:os"
+import { join } from "node:path"
+import { fileURLToPath } from "node:url"
+import { RateBudget } from "../../src/budget/RateBudget.ts"
+import { AppConfig } from "../../src/config/AppConfig.ts"
+import { CrmClient } from "../../src/crm/CrmClient.ts"
+import { Credentials } from "../../src/crm/Credentials.ts"
+import { Sandbox } from "../../src/sandbox/Sandbox.ts"
+import type { RequestLogEntry } from "../../src/sandbox/RequestLog.ts"
+import { acquireEmbeddedDatabase } from "../../src/warehouse/EmbeddedDatabase.ts"
+import { migrate } from "../../src/warehouse/Migrations.ts"
+
+const argument = (name: string) => {
+  const index = process.argv.indexOf(name)
+  return index < 0 ? undefined : process.argv[index + 1]
+}
+
+const WINDOW_MS = 10_000
+/** Full windows to measure; the run lasts a little longer, and the last, partial window is dropped. */
+const WINDOWS = Number(argument("--windows") ?? 5)
+const STACKS = 3
+/** Crawlers per stack. */
+const WORKERS = 2
+const POOL_SIZE = 4
+/** Spec §8, OAuth app defaults, per (shortened) window. */
+const STRICTEST_LIMIT = 500
+
+/** A migrated database of its own on the embedded server. */
+const databaseUrl = (adminUrl: string, name: string) =>
+  Effect.gen(function* () {
+    const admin = yield* PgClient.make({ url: Redacted.make(adminUrl), maxConnections: 1 })
+    yield* admin.unsafe(`CREATE DATABASE ${name}`)
+    const url = new URL(adminUrl)
+    url.pathname = `/${name}`
+    yield* Effect.scoped(
+      Effect.asVoid(migrate).pipe(
+        Effect.provide(PgClient.layer({ url: Redacted.make(url.toString()), maxConnections: 1 }))
+      )
+    )
+    return url.toString()
+  }).pipe(Effect.provide(Reactivity.layer))
+
+/** One "process": its own budget, credentials, client, HTTP client and pool. */
+const stack = <E>(config: Layer.Layer<AppConfig, E>, url: string) =>
+  CrmClient.layerFor("bench").pipe(
+    Layer.provideMerge(Layer.mergeAll(RateBudget.layer, Credentials.layer)),
+    Layer.provide(config),
+    Layer.provide(NodeHttpClient.layerUndici),
+    Layer.provide(PgClient.layer({ url: Redacted.make(url), maxConnections: POOL_SIZE })),
+    Layer.fresh
+  )
+
+/** A crawler: pages through the financial accounts again and again. */
+const crawler = Effect.gen(function* () {
+  const client = yield* CrmClient
+  while (true) {
+    yield* Stream.runDrain(client.paginate((page) => client.listFinancialAccounts(page)))
+  }
+})
+
+interface ServerWindow {
+  readonly startedAt: number
+  readonly requests: number
+}
+
+/** The sandbox's windows for one bucket, rebuilt from its log: each opens at the first request after the last ended. */
+const serverWindows = (entries: ReadonlyArray<RequestLogEntry>): ReadonlyArray<ServerWindow> => {
+  const windows: Array<{ startedAt: number; requests: number }> = []
+  for (const entry of entries) {
+    // The sandbox does not count a rejected request (countRejected: false).
+    if (entry.status === 429) continue
+    const at = Date.parse(entry.at)
+    const current = windows[windows.length - 1]
+    if (current === undefined || at >= current.startedAt + WINDOW_MS) windows.push({ startedAt: at, requests: 1 })
+    else current.requests++
+  }
+  return windows
+}
+
+const main = Effect.gen(function* () {
+  const folder = mkdtempSync(join(tmpdir(), "crm-sync-bench-budget-"))
+  yield* Effect.addFinalizer(() => Effect.sync(() => rmSync(folder, { recursive: true, force: true })))
+  const server = yield* acquireEmbeddedDatabase(folder)
+  const url = yield* databaseUrl(Redacted.value(server.url), `bench_budget_${randomBytes(3).toString("hex")}`)
+
+  const sandboxScope = yield* Scope.make()
+  const sandboxContext = yield* Layer.buildWithScope(
+    Sandbox.layer({ window: "10 seconds", records: 1500, seed: 42, logSize: 50_000 }),
+    sandboxScope
+  )
+  const sandbox = yield* Effect.provide(Effect.service(Sandbox), sandboxContext)
+  // An OAuth grant for the sandbox's own user: the strictest limits of spec §8.
+  const grant = yield* sandbox.admin.connect({
+    clientId: sandbox.credentials.oauthClientId,
+    userId: sandbox.credentials.userId,
+    companyId: sandbox.credentials.companyId
+  })
+  const config = AppConfig.layerFrom({
+    connections: [
+      {
+        name: "bench",
+        base_url: sandbox.baseUrl,
+        credential: "oauth",
+        token: grant.access_token,
+        limits: { window: "10 seconds" }
+      }
+    ]
+  })
+
+  const scopes = yield* Effect.forEach(Array.from({ length: STACKS }), () => Scope.make())
+  const contexts = yield* Effect.forEach(scopes, (scope) => Layer.buildWithScope(stack(config, url), scope))
+  const duration = Duration.millis(WINDOWS * (WINDOW_MS + 2_000) + WINDOW_MS / 2)
+  yield* Effect.logInfo(
+    `${STACKS} stacks × ${WORKERS} crawlers, sandbox window 10 s, running ${Duration.format(duration)}`
+  )
+  const started = Date.now()
+  const fibers = yield* Effect.forEach(contexts, (context) =>
+    Effect.forEach(Array.from({ length: WORKERS }), () => Effect.forkDetach(Effect.provide(crawler, context)))
+  )
+  yield* Effect.sleep(duration)
+  yield* Effect.forEach(fibers.flat(), Fiber.interrupt)
+  const elapsedMs = Date.now() - started
+
+  const entries = (yield* sandbox.admin.requests({ path: "/v1/financial_accounts" })).toSorted((a, b) =>
+    a.at < b.at ? -1 : a.at > b.at ? 1 : a.seq - b.seq
+  )
+  yield* Effect.forEach(scopes, (scope) => Scope.close(scope, Exit.void))
+  yield* Scope.close(sandboxScope, Exit.void)
+
+  const windows = serverWindows(entries)
+  // The last window was cut short by the end of the run.
+  const full = windows.slice(0, Math.max(0, windows.length - 1))
+  const tooMany = entries.filter((entry) => entry.status === 429).length
+  const errors = entries.filter((entry) => entry.status !== 200 && entry.status !== 429).length
+  return { cpus: availableParallelism(), elapsedMs, total: entries.length, tooMany, errors, full }
+})
+
+const percent = (share: number) => `${(share * 100).toFixed(1)}%`
+const met = (ok: boolean) => (ok ? "met" : "**not met**")
+
+const report = (figures: Effect.Success<typeof main>) => {
+  const utilization = figures.full.map((window) => window.requests / STRICTEST_LIMIT)
+  const minimum = utilization.length === 0 ? 0 : Math.min(...utilization)
+  return [
+    `Measured ${new Date().toISOString().slice(0, 10)} on this machine (${figures.cpus} CPUs shared by the sandbox, PostgreSQL and the three stacks): ` +
+      `${STACKS} independent stacks × ${WORKERS} crawlers on one embedded PostgreSQL, one OAuth connection, sandbox window 10 s, ` +
+      `budget defaults (reserves 10% + 10%, safety margin capped at 1 s), ${(figures.elapsedMs / 1000).toFixed(0)} s run.`,
+    "",
+    "| server window | requests | utilization of the strictest bucket (500) |",
+    "|---|---|---|",
+    ...figures.full.map((window, index) => `| ${index + 1} | ${window.requests} | ${percent(utilization[index]!)} |`),
+    "",
+    "| measure | figure | target | |",
+    "|---|---|---|---|",
+    `| 429 answers | ${figures.tooMany} | 0 | ${met(figures.tooMany === 0)} |`,
+    `| lowest utilization of a full window | ${percent(minimum)} | ≥ 98% | ${met(minimum >= 0.98 && figures.full.length > 0)} |`,
+    `| other non-2xx answers | ${figures.errors} | 0 | ${met(figures.errors === 0)} |`,
+    "",
+    `${figures.total} requests in all; the last, partial window is not counted.`
+  ].join("\n")
+}
+
+const docsPath = fileURLToPath(new URL("../../docs/client-and-budget.md", import.meta.url))
+
+/** Writes the figures between the markers, formatted as `npm test`'s format check expects. */
+const writeDocs = (text: string) =>
+  Effect.gen(function* () {
+    if (process.argv.includes("--no-docs") || !existsSync(docsPath)) return
+    const doc = readFileSync(docsPath, "utf8")
+    const start = "<!-- bench:budget:start -->"
+    const end = "<!-- bench:budget:end -->"
+    const from = doc.indexOf(start)
+    const to = doc.indexOf(end)
+    if (from < 0 || to < from) return
+    const updated = `${doc.slice(0, from + start.length)}\n${text}\n${doc.slice(to)}`
+    const formatted = yield* Effect.promise(async () => {
+      const prettier = await import("prettier")
+      const options = await prettier.resolveConfig(docsPath)
+      return prettier.format(updated, { ...options, parser: "markdown" })
+    })
+    writeFileSync(docsPath, formatted)
+  })
+
+Effect.runPromise(
+  Effect.scoped(main).pipe(
+    Effect.flatMap((figures) => {
+      const text = report(figures)
+      console.log(`\n${text}\n`)
+      return writeDocs(text)
+    })
+  )
+).then(
+  () => process.exit(0),
+  (error) => {
+    console.error(error)
+    process.exit(1)
+  }
+)

@@ -1,0 +1,210 @@
+/**
+ * RateBudget against a real PostgreSQL: permits from three buckets at once or from none, one
+ * budget shared by independent instances (as separate processes would hold), priorities, and 429
+ * blocks that every instance — and a restarted one — honours, with `Retry-After` clamped.
+ */
+import { assert, describe, it, layer } from "@effect/vitest"
+import { Duration, Effect, Layer } from "effect"
+import { TestClock } from "effect/testing"
+import { type BucketSpec, type Policy, RateBudget } from "../../src/budget/RateBudget.ts"
+import { minimumRetryAfter, maximumRetryAfter } from "../../src/budget/RetryAfter.ts"
+import { SqlClient, TestDatabase } from "../support/TestDatabase.ts"
+
+const policy: Policy = { reserveInteractive: 0.1, reserveIncremental: 0.1, marginMs: 50 }
+
+const bucketsOf = (name: string, limits: { token: number; company: number; ip: number }, windowMs = 3_600_000) =>
+  [
+    { key: `company:${name}`, scope: "company", limit: limits.company, windowMs },
+    { key: `ip:${name}`, scope: "ip", limit: limits.ip, windowMs },
+    { key: `token:${name}`, scope: "token", limit: limits.token, windowMs }
+  ] satisfies ReadonlyArray<BucketSpec>
+
+/** A second, independent budget on the same database: what another process would have. */
+const otherProcess = Effect.gen(function* () {
+  return yield* RateBudget
+}).pipe(Effect.provide(RateBudget.layerWith(policy).pipe(Layer.fresh)))
+
+const used = Effect.fnUntraced(function* (bucket: string) {
+  const sql = yield* SqlClient
+  const rows = yield* sql<{ used: number }>`SELECT used FROM crm_sync.rate_windows WHERE bucket = ${bucket}`
+  return rows[0]?.used ?? 0
+})
+
+layer(RateBudget.layerWith(policy).pipe(Layer.provideMerge(TestDatabase)))("RateBudget", (it) => {
+  it.effect("counts one permit in each of the three buckets", () =>
+    Effect.gen(function* () {
+      const budget = yield* RateBudget
+      const buckets = bucketsOf("count", { token: 5, company: 50, ip: 500 })
+      yield* budget.acquire(buckets, { priority: "interactive" })
+      yield* budget.acquire(buckets, { priority: "interactive", permits: 2 })
+      const status = yield* budget.status(buckets)
+      assert.deepStrictEqual(
+        status.map((bucket) => [bucket.bucket, bucket.used, bucket.limit]),
+        [
+          ["company:count", 3, 50],
+          ["ip:count", 3, 500],
+          ["token:count", 3, 5]
+        ]
+      )
+      assert.isDefined(status[0]!.resetsAt)
+    })
+  )
+
+  it.effect("grants all three buckets or none: a full bucket leaves the others untouched", () =>
+    Effect.gen(function* () {
+      const budget = yield* RateBudget
+      const buckets = bucketsOf("atomic", { token: 100, company: 100, ip: 2 })
+      yield* budget.acquire(buckets, { priority: "interactive", permits: 2 })
+      const refused = yield* budget.tryAcquire(buckets, { priority: "interactive" })
+      assert.isFalse(refused.granted)
+      if (!refused.granted) {
+        assert.strictEqual(refused.bucket, "ip:atomic")
+        assert.strictEqual(refused.reason, "full")
+        assert.isTrue(Duration.toMillis(refused.retryIn) > 3_000_000, "waits for the hour's window to end")
+      }
+      assert.strictEqual(yield* used("token:atomic"), 2)
+      assert.strictEqual(yield* used("company:atomic"), 2)
+    })
+  )
+
+  it.effect("is one budget for every process: concurrent acquirers never exceed a shared limit", () =>
+    Effect.gen(function* () {
+      const first = yield* RateBudget
+      const second = yield* otherProcess
+      // Two connections whose only shared bucket is the IP's, limit 10.
+      const a = bucketsOf("shared-a", { token: 100, company: 100, ip: 10 }).map((bucket) =>
+        bucket.scope === "ip" ? { ...bucket, key: "ip:shared" } : bucket
+      )
+      const b = bucketsOf("shared-b", { token: 100, company: 100, ip: 10 }).map((bucket) =>
+        bucket.scope === "ip" ? { ...bucket, key: "ip:shared" } : bucket
+      )
+      const results = yield* Effect.all(
+        Array.from({ length: 30 }, (_, index) =>
+          (index % 2 === 0 ? first : second).tryAcquire(index % 3 === 0 ? a : b, { priority: "interactive" })
+        ),
+        { concurrency: "unbounded" }
+      )
+      assert.strictEqual(results.filter((result) => result.granted).length, 10)
+      assert.strictEqual(yield* used("ip:shared"), 10)
+      // No permit leaked into a token bucket from an acquire that was refused elsewhere.
+      assert.strictEqual((yield* used("token:shared-a")) + (yield* used("token:shared-b")), 10)
+    })
+  )
+
+  it.effect("keeps the reserves of the higher priorities from bulk work", () =>
+    Effect.gen(function* () {
+      const budget = yield* RateBudget
+      const buckets = bucketsOf("reserve", { token: 100, company: 1000, ip: 1000 })
+      yield* budget.acquire(buckets, { priority: "bulk", permits: 80 })
+      const bulk = yield* budget.tryAcquire(buckets, { priority: "bulk" })
+      assert.isFalse(bulk.granted)
+      if (!bulk.granted) assert.strictEqual(bulk.reason, "reserve")
+      assert.isTrue((yield* budget.tryAcquire(buckets, { priority: "incremental" })).granted)
+      yield* budget.acquire(buckets, { priority: "incremental", permits: 9 })
+      assert.isFalse((yield* budget.tryAcquire(buckets, { priority: "incremental" })).granted)
+      assert.isTrue((yield* budget.tryAcquire(buckets, { priority: "interactive" })).granted)
+    })
+  )
+
+  it.effect("a 429 blocks the named bucket for every process, and after a restart", () =>
+    Effect.gen(function* () {
+      const budget = yield* RateBudget
+      const buckets = bucketsOf("blocked", { token: 100, company: 100, ip: 100 })
+      yield* budget.acquire(buckets, { priority: "interactive" })
+      const applied = yield* budget.markExhausted(buckets, "company", Duration.seconds(120))
+      assert.isTrue(Duration.toMillis(applied) >= 120_000 && Duration.toMillis(applied) <= 125_000)
+      const refused = yield* budget.tryAcquire(buckets, { priority: "interactive" })
+      assert.isFalse(refused.granted)
+      if (!refused.granted) {
+        assert.strictEqual(refused.bucket, "company:blocked")
+        assert.strictEqual(refused.reason, "blocked")
+      }
+      // A process that starts now (a fresh budget instance) reads the block from the database.
+      const restarted = yield* otherProcess
+      assert.isFalse((yield* restarted.tryAcquire(buckets, { priority: "interactive" })).granted)
+      const status = yield* restarted.status(buckets)
+      assert.deepStrictEqual(
+        status.map((bucket) => [bucket.bucket, bucket.blockedUntil !== undefined]),
+        [
+          ["company:blocked", true],
+          ["ip:blocked", false],
+          ["token:blocked", false]
+        ]
+      )
+      // Another connection on the same IP is not held up by this company's block.
+      const neighbour = bucketsOf("neighbour", { token: 100, company: 100, ip: 100 }).map((bucket) =>
+        bucket.scope === "ip" ? { ...bucket, key: "ip:blocked" } : bucket
+      )
+      assert.isTrue((yield* budget.tryAcquire(neighbour, { priority: "interactive" })).granted)
+    })
+  )
+
+  it.effect("clamps Retry-After to 1 s..1 h and falls back to one window when it is missing", () =>
+    Effect.gen(function* () {
+      const budget = yield* RateBudget
+      const min = Duration.toMillis(minimumRetryAfter)
+      const max = Duration.toMillis(maximumRetryAfter)
+      const zero = yield* budget.markExhausted(
+        bucketsOf("clamp-low", { token: 1, company: 1, ip: 1 }),
+        "token",
+        Duration.zero
+      )
+      assert.isTrue(Duration.toMillis(zero) >= min && Duration.toMillis(zero) <= min * 1.1)
+      const huge = yield* budget.markExhausted(
+        bucketsOf("clamp-high", { token: 1, company: 1, ip: 1 }),
+        "token",
+        Duration.days(30)
+      )
+      assert.isTrue(Duration.toMillis(huge) >= max && Duration.toMillis(huge) <= max + 5_000)
+      const missing = yield* budget.markExhausted(
+        bucketsOf("clamp-none", { token: 1, company: 1, ip: 1 }, 20_000),
+        "unknown",
+        undefined
+      )
+      assert.isTrue(Duration.toMillis(missing) >= 20_000 && Duration.toMillis(missing) <= 22_000)
+      const status = yield* budget.status(bucketsOf("clamp-none", { token: 1, company: 1, ip: 1 }, 20_000))
+      assert.isTrue(
+        status.every((bucket) => bucket.blockedUntil !== undefined),
+        "an unnamed limit blocks all three"
+      )
+    })
+  )
+
+  it.effect("estimates the time until N more requests can be sent", () =>
+    Effect.gen(function* () {
+      const budget = yield* RateBudget
+      const buckets = bucketsOf("eta", { token: 10, company: 100, ip: 100 }, 60_000)
+      assert.strictEqual(Duration.toMillis(yield* budget.timeUntil(buckets, 5, "interactive")), 0)
+      yield* budget.acquire(buckets, { priority: "interactive", permits: 10 })
+      const next = Duration.toMillis(yield* budget.timeUntil(buckets, 1, "interactive"))
+      assert.isTrue(next > 50_000 && next <= 60_050, `one more request waits for the window: ${next} ms`)
+      const three = Duration.toMillis(yield* budget.timeUntil(buckets, 25, "interactive"))
+      assert.isTrue(three > 2 * 60_000, `25 requests at 10 a minute need two more windows: ${three} ms`)
+    })
+  )
+
+  it.effect("waits for a full window to end, then starts a fresh one", () =>
+    TestClock.withLive(
+      Effect.gen(function* () {
+        const budget = yield* RateBudget
+        const buckets = bucketsOf("reset", { token: 3, company: 100, ip: 100 }, 1_000)
+        yield* budget.acquire(buckets, { priority: "interactive", permits: 3 })
+        yield* budget.acquire(buckets, { priority: "interactive" })
+        const status = yield* budget.status(buckets)
+        assert.strictEqual(status.find((bucket) => bucket.scope === "token")!.used, 1)
+      })
+    )
+  )
+})
+
+describe("RateBudget validation", () => {
+  it.effect("refuses more permits than the smallest limit", () =>
+    Effect.gen(function* () {
+      const budget = yield* RateBudget
+      const error = yield* Effect.flip(
+        budget.acquire(bucketsOf("too-many", { token: 2, company: 9, ip: 9 }), { priority: "interactive", permits: 3 })
+      )
+      assert.strictEqual(error._tag, "BudgetError")
+    }).pipe(Effect.provide(RateBudget.layerWith(policy).pipe(Layer.provide(TestDatabase))))
+  )
+})
