@@ -5,12 +5,16 @@
  * (a bad config value, a bad flag), 1 for anything else. SIGINT/SIGTERM interrupt the running
  * command, whose finalizers (database pool, embedded PostgreSQL, servers) then run in order.
  */
-import { NodeRuntime, NodeServices } from "@effect/platform-node"
-import { Console, Effect, Layer, Logger, References } from "effect"
+import { NodeHttpClient, NodeRuntime, NodeServices } from "@effect/platform-node"
+import { Console, Effect, Layer, Logger, Option, References, Schema } from "effect"
 import { Argument, CliError, Command, Flag } from "effect/cli"
 import packageJson from "../package.json" with { type: "json" }
 import { AppConfig, ConfigInvalid } from "./config/AppConfig.ts"
 import * as Outbox from "./outbound/Outbox.ts"
+import { RateBudget } from "./budget/RateBudget.ts"
+import * as Connect from "./crm/Connect.ts"
+import { Credentials } from "./crm/Credentials.ts"
+import { Warehouse } from "./warehouse/Warehouse.ts"
 import { renderStatus, statusReport } from "./observability/StatusReport.ts"
 import { DatabaseInfo, DatabaseLive, MigratedDatabase } from "./warehouse/Database.ts"
 import { migrate as applyMigrations } from "./warehouse/Migrations.ts"
@@ -28,6 +32,14 @@ const LoggingLive = Layer.unwrap(
 )
 
 const BaseLive = LoggingLive.pipe(Layer.provideMerge(AppConfig.layer))
+
+/** What every command that talks to the CRM needs: the budget, credentials, HTTP and the warehouse. */
+const ApiStack = Layer.mergeAll(RateBudget.layer, Credentials.layer, Warehouse.layer).pipe(
+  Layer.provideMerge(NodeHttpClient.layerUndici),
+  Layer.provideMerge(MigratedDatabase)
+)
+
+class NoConnection extends Schema.TaggedError<NoConnection>()("NoConnection", { message: Schema.String }) {}
 
 const migrate = Command.make("migrate", {}, () =>
   Effect.gen(function* () {
@@ -70,11 +82,36 @@ const outbox = Command.make("outbox").pipe(
   Command.withSubcommands([outboxRetry])
 )
 
+const connect = Command.make(
+  "connect",
+  {
+    connection: Argument.String("connection").pipe(
+      Argument.withDescription("The OAuth connection to authorize (default: the first configured)"),
+      Argument.optional
+    )
+  },
+  ({ connection }) =>
+    Effect.gen(function* () {
+      const config = yield* AppConfig
+      const name = Option.getOrElse(connection, () => config.connections[0]?.name ?? "")
+      if (name === "") return yield* new NoConnection({ message: "no CRM connection is configured" })
+      const connected = yield* Connect.connect(name)
+      yield* Console.log(
+        `connected ${connected.connection}${connected.userId === undefined ? "" : ` as user ${connected.userId}`}` +
+          (connected.canWrite === undefined ? "" : connected.canWrite ? ", write access enabled" : ", read-only")
+      )
+    }).pipe(Effect.provide(ApiStack))
+).pipe(
+  Command.withDescription(
+    "Authorize an OAuth connection (authorization code with PKCE) and store its tokens encrypted."
+  )
+)
+
 const root = Command.make("crm-sync").pipe(
   Command.withDescription(
     "Keeps a firm's PostgreSQL warehouse in step with its CRM, and writes the firm's changes back."
   ),
-  Command.withSubcommands([migrate, status, outbox])
+  Command.withSubcommands([migrate, status, connect, outbox])
 )
 
 const oneLine = (text: string) => text.replace(/\s+/g, " ").trim()

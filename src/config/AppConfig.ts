@@ -44,7 +44,7 @@ const OAuth = Schema.Struct({
   client_secret: Secret,
   auth_url: Schema.URLFromString,
   token_url: Schema.URLFromString,
-  redirect_uri: withDefault(Schema.String, "http://127.0.0.1:8765/callback"),
+  redirect_uri: withDefault(Schema.String, "http://127.0.0.1:8765/oauth/callback"),
   scope: Schema.optionalKey(Schema.String),
   company_id: Schema.optionalKey(Schema.String)
 })
