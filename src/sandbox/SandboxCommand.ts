@@ -1,0 +1,120 @@
+/**
+ * `crm-sync sandbox`: runs the CRM sandbox until interrupted, after printing its address, a
+ * write-enabled personal access token and the OAuth app's credentials. `src/main.ts` mounts
+ * `sandboxCommand` as a subcommand; `node src/sandbox/SandboxCommand.ts [flags]` runs it alone.
+ */
+import { NodeRuntime, NodeServices } from "@effect/platform-node"
+import { Clock, Console, Effect, Option } from "effect"
+import { Command, Flag } from "effect/cli"
+import { DurationString, type SandboxOptions } from "./Options.ts"
+import { Sandbox } from "./Sandbox.ts"
+
+const flags = {
+  port: Flag.Int("port").pipe(Flag.withDescription("TCP port (0 picks a free one)"), Flag.withDefault(4010)),
+  host: Flag.String("host").pipe(Flag.withDescription("Interface to listen on"), Flag.withDefault("127.0.0.1")),
+  records: Flag.Int("records").pipe(
+    Flag.withDescription("Approximate number of generated CRM records"),
+    Flag.withDefault(1000)
+  ),
+  seed: Flag.Int("seed").pipe(Flag.withDescription("Seed of the generated data and faults"), Flag.withDefault(1)),
+  window: Flag.String("window").pipe(
+    Flag.withSchema(DurationString),
+    Flag.withDescription("Rate-limit window (spec: 1h); e.g. 10s for quick experiments"),
+    Flag.withDefault("1h")
+  ),
+  debounce: Flag.String("debounce").pipe(
+    Flag.withSchema(DurationString),
+    Flag.withDescription("client.updated debounce window"),
+    Flag.withDefault("60s")
+  ),
+  webhookHeaderPrefix: Flag.Literals("webhook-header-prefix", ["hook", "webhook", "svix"]).pipe(
+    Flag.withDescription("Prefix of the webhook signature headers"),
+    Flag.withDefault("hook")
+  ),
+  adminToken: Flag.String("admin-token").pipe(
+    Flag.withDescription("Require this bearer token on the /_sandbox admin API"),
+    Flag.optional
+  )
+}
+
+export interface SandboxCommandInput {
+  readonly port: number
+  readonly host: string
+  readonly records: number
+  readonly seed: number
+  readonly window: string
+  readonly debounce: string
+  readonly webhookHeaderPrefix: "hook" | "webhook" | "svix"
+  readonly adminToken: Option.Option<string>
+}
+
+export const toSandboxOptions = (input: SandboxCommandInput): SandboxOptions => ({
+  port: input.port,
+  host: input.host,
+  records: input.records,
+  seed: input.seed,
+  window: input.window,
+  debounce: input.debounce,
+  webhookHeaderPrefix: input.webhookHeaderPrefix,
+  ...(Option.isSome(input.adminToken) ? { adminToken: input.adminToken.value } : {})
+})
+
+/** Starts the sandbox and keeps it up until the process is interrupted. */
+export const runSandbox = Effect.fn("SandboxCommand.run")(function* (input: SandboxCommandInput) {
+  const started = yield* Clock.currentTimeMillis
+  return yield* Effect.gen(function* () {
+    const sandbox = yield* Sandbox
+    const ready = (yield* Clock.currentTimeMillis) - started
+    const { credentials, baseUrl } = sandbox
+    const heapMb = Math.round(process.memoryUsage().heapUsed / 1_048_576)
+    const authorize = new URL("/oauth/authorize", baseUrl)
+    authorize.search = new URLSearchParams({
+      response_type: "code",
+      client_id: credentials.oauthClientId,
+      redirect_uri: credentials.oauthRedirectUris[0]!,
+      state: "xyz",
+      code_challenge: "<base64url(sha256(verifier))>",
+      code_challenge_method: "S256"
+    }).toString()
+    yield* Console.log(
+      [
+        `CRM sandbox ready at ${baseUrl} in ${ready} ms (${sandbox.options.records} records, seed ${sandbox.options.seed}, heap ${heapMb} MB)`,
+        ``,
+        `  CRM_BASE_URL=${baseUrl}`,
+        `  CRM_TOKEN=${credentials.personalAccessToken}`,
+        `  CRM_TOKEN_KIND=personal`,
+        ``,
+        `  personal access token (write-enabled, user ${credentials.userId}, company ${credentials.companyId}):`,
+        `    ${credentials.personalAccessToken}`,
+        `  OAuth app (sandbox mode, owner company ${credentials.companyId}):`,
+        `    client_id     ${credentials.oauthClientId}`,
+        `    client_secret ${credentials.oauthClientSecret}`,
+        `    redirect_uris ${credentials.oauthRedirectUris.join(" ")}`,
+        `    authorize     ${authorize.toString().replace(/%3C.*%3E/, "<S256 challenge>")}`,
+        `    token         ${baseUrl}/oauth/token`,
+        `  admin API:      ${baseUrl}/_sandbox${sandbox.options.adminToken === undefined ? "" : " (bearer admin token required)"}`,
+        ``,
+        `  try: curl -H "Authorization: Bearer ${credentials.personalAccessToken}" "${baseUrl}/v1/financial_accounts?per_page=100&page=2"`
+      ].join("\n")
+    )
+    return yield* Effect.never
+  }).pipe(Effect.provide(Sandbox.layer(toSandboxOptions(input))))
+})
+
+/** Builds the `sandbox` command (a fresh value each call, for mounting under another command). */
+export const makeSandboxCommand = () =>
+  Command.make("sandbox", flags, runSandbox).pipe(
+    Command.withDescription(
+      "Run the CRM sandbox: the v1 API, OAuth, rate limits, idempotency, webhooks and fault injection, on generated data"
+    ),
+    Command.withExamples([
+      { command: "crm-sync sandbox --records 100000", description: "100k generated records on port 4010" },
+      { command: "crm-sync sandbox --port 0 --window 10s", description: "a free port and 10-second rate windows" }
+    ])
+  )
+
+export const sandboxCommand = makeSandboxCommand()
+
+if (import.meta.main) {
+  Command.run(sandboxCommand, { version: "0.1.0" }).pipe(Effect.provide(NodeServices.layer), NodeRuntime.runMain)
+}
