@@ -15,6 +15,7 @@ import { RateBudget } from "./budget/RateBudget.ts"
 import * as Connect from "./crm/Connect.ts"
 import { Credentials } from "./crm/Credentials.ts"
 import { Warehouse } from "./warehouse/Warehouse.ts"
+import { sandboxCommand } from "./sandbox/SandboxCommand.ts"
 import { renderStatus, statusReport } from "./observability/StatusReport.ts"
 import { DatabaseInfo, DatabaseLive, MigratedDatabase } from "./warehouse/Database.ts"
 import { migrate as applyMigrations } from "./warehouse/Migrations.ts"
@@ -111,7 +112,7 @@ const root = Command.make("crm-sync").pipe(
   Command.withDescription(
     "Keeps a firm's PostgreSQL warehouse in step with its CRM, and writes the firm's changes back."
   ),
-  Command.withSubcommands([migrate, status, connect, outbox])
+  Command.withSubcommands([migrate, status, connect, outbox, sandboxCommand])
 )
 
 const oneLine = (text: string) => text.replace(/\s+/g, " ").trim()
