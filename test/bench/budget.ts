@@ -20,10 +20,10 @@ import { PgClient } from "@effect/sql-pg"
 import { Duration, Effect, Exit, Fiber, Layer, Redacted, Scope, Stream } from "effect"
 import { Reactivity } from "effect/reactivity"
 import { randomBytes } from "node:crypto"
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { mkdtempSync, rmSync } from "node:fs"
+import { recordFigures } from "./figures.ts"
 import { availableParallelism, tmpdir } from "node:os"
 import { join } from "node:path"
-import { fileURLToPath } from "node:url"
 import { RateBudget } from "../../src/budget/RateBudget.ts"
 import { AppConfig } from "../../src/config/AppConfig.ts"
 import { CrmClient } from "../../src/crm/CrmClient.ts"
@@ -183,33 +183,12 @@ const report = (figures: Effect.Success<typeof main>) => {
   ].join("\n")
 }
 
-const docsPath = fileURLToPath(new URL("../../docs/client-and-budget.md", import.meta.url))
-
-/** Writes the figures between the markers, formatted as `npm test`'s format check expects. */
-const writeDocs = (text: string) =>
-  Effect.gen(function* () {
-    if (process.argv.includes("--no-docs") || !existsSync(docsPath)) return
-    const doc = readFileSync(docsPath, "utf8")
-    const start = "<!-- bench:budget:start -->"
-    const end = "<!-- bench:budget:end -->"
-    const from = doc.indexOf(start)
-    const to = doc.indexOf(end)
-    if (from < 0 || to < from) return
-    const updated = `${doc.slice(0, from + start.length)}\n${text}\n${doc.slice(to)}`
-    const formatted = yield* Effect.promise(async () => {
-      const prettier = await import("prettier")
-      const options = await prettier.resolveConfig(docsPath)
-      return prettier.format(updated, { ...options, parser: "markdown" })
-    })
-    writeFileSync(docsPath, formatted)
-  })
-
 Effect.runPromise(
   Effect.scoped(main).pipe(
     Effect.flatMap((figures) => {
       const text = report(figures)
       console.log(`\n${text}\n`)
-      return writeDocs(text)
+      return Effect.promise(() => recordFigures("budget", text, ["docs/client-and-budget.md"]))
     })
   )
 ).then(
