@@ -1,0 +1,99 @@
+/**
+ * Metrics: the counters, gauges and histograms crm-sync exports as Prometheus text on `/metrics`
+ * (see Health.ts), built on Effect's own `Metric` registry so that any module can record into it
+ * with `Metrics.increment` / `Metrics.observe` / `Metrics.set` and nothing has to be wired.
+ *
+ * Names follow Prometheus conventions (`crm_sync_` prefix, `_total` for counters, base units such
+ * as seconds). Label values come from small closed sets (endpoint names from the config, results,
+ * event types) so the number of series stays bounded. Other capabilities declare their metrics
+ * here too, next to these, so that `/metrics` and the Grafana dashboard have one place to look.
+ */
+import { Effect, Metric } from "effect"
+
+type Attributes = Readonly<Record<string, string>>
+
+// One labelled metric per (metric, labels), made once: a labelled metric caches its series key,
+// so recording on a hot path (every webhook request) does not rebuild and re-serialize it.
+const labelled = new WeakMap<object, Map<string, unknown>>()
+const withLabels = <M extends Metric.Metric<any, any>>(metric: M, attributes: Attributes): M => {
+  let byLabels = labelled.get(metric)
+  if (byLabels === undefined) labelled.set(metric, (byLabels = new Map()))
+  const key = JSON.stringify(attributes)
+  let bound = byLabels.get(key) as M | undefined
+  if (bound === undefined) byLabels.set(key, (bound = Metric.withAttributes(metric, attributes) as M))
+  return bound
+}
+
+/** Adds `amount` (default 1) to a counter, under the given labels. */
+export const increment = (counter: Metric.Counter<number>, attributes: Attributes, amount = 1): Effect.Effect<void> =>
+  Metric.update(withLabels(counter, attributes), amount)
+
+/** Records one observation in a histogram, under the given labels. */
+export const observe = (histogram: Metric.Histogram<number>, value: number, attributes: Attributes = {}) =>
+  Metric.update(withLabels(histogram, attributes), value)
+
+/** Sets a gauge to `value`, under the given labels. */
+export const set = (gauge: Metric.Gauge<number>, value: number, attributes: Attributes = {}) =>
+  Metric.update(withLabels(gauge, attributes), value)
+
+/** Latency buckets in seconds, 1 ms to 10 s: the webhook ack target is 50 ms (issue 6). */
+const latencyBoundaries = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
+
+// ---------------------------------------------------------------------------------------------
+// Webhook intake (src/webhooks/WebhookIntake.ts)
+// ---------------------------------------------------------------------------------------------
+
+/**
+ * Every request to `/webhooks/<name>`, by `endpoint` and `result`: `accepted`, `duplicate`,
+ * `not_json` (stored dead, answered 2xx), or the rejection: `unknown_endpoint` (404),
+ * `body_too_large` (413), `missing_header` / `malformed_header` (400), `bad_signature` /
+ * `stale_timestamp` (401), `unavailable` (503, the database could not take it).
+ */
+export const webhookDeliveries = Metric.counter("crm_sync_webhook_deliveries_total", {
+  description: "Webhook deliveries received, by endpoint and result (accepted, duplicate, or why refused)",
+  incremental: true
+})
+
+/** Time from the request's arrival to its 2xx, for deliveries that were durably accepted. */
+export const webhookAckSeconds = Metric.histogram("crm_sync_webhook_ack_seconds", {
+  description: "Seconds from a webhook request's arrival to its 2xx (after the inbox commit)",
+  boundaries: latencyBoundaries
+})
+
+/** Rows per group-commit INSERT into the inbox. */
+export const webhookInboxBatchRows = Metric.histogram("crm_sync_webhook_inbox_batch_rows", {
+  description: "Deliveries written per group-commit INSERT into crm_sync.webhook_inbox",
+  boundaries: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
+})
+
+// ---------------------------------------------------------------------------------------------
+// Event processing (src/webhooks/EventProcessor.ts)
+// ---------------------------------------------------------------------------------------------
+
+/** Inbox rows finished, by `event_type` and `result`: processed, unhandled, failed (will retry), dead. */
+export const webhookEvents = Metric.counter("crm_sync_webhook_events_total", {
+  description: "Webhook events taken from the inbox, by event type and result (processed, unhandled, failed, dead)",
+  incremental: true
+})
+
+/** Seconds to apply one claimed batch (decode, follow-up reads, warehouse writes, commit). */
+export const webhookApplySeconds = Metric.histogram("crm_sync_webhook_apply_batch_seconds", {
+  description: "Seconds to apply one claimed batch of webhook events to the warehouse",
+  boundaries: latencyBoundaries
+})
+
+/** Rows waiting in the inbox (pending or failed awaiting retry), sampled by the processor. */
+export const webhookInboxBacklog = Metric.gauge("crm_sync_webhook_inbox_backlog", {
+  description: "Webhook inbox rows not yet processed (pending, or failed and waiting to retry)"
+})
+
+/** Rows currently dead in the inbox (need `crm-sync webhooks replay`). */
+export const webhookInboxDead = Metric.gauge("crm_sync_webhook_inbox_dead", {
+  description: "Webhook inbox rows marked dead (replay with `crm-sync webhooks replay --dead`)"
+})
+
+/** Seconds from a delivery's acceptance to its application in the warehouse (freshness). */
+export const webhookLagSeconds = Metric.histogram("crm_sync_webhook_lag_seconds", {
+  description: "Seconds from a webhook's acceptance to its application in the warehouse",
+  boundaries: latencyBoundaries
+})

@@ -1,0 +1,270 @@
+/**
+ * WebhookInbox: the SQL of `crm_sync.webhook_inbox`, one row per accepted delivery keyed by its
+ * hook-id (migrations/0002_sync_state.sql). The intake writes rows (`insert`, many per statement);
+ * the processor leases them (`claim`, FOR UPDATE SKIP LOCKED with `locked_by`/`locked_at`, after
+ * graphile-worker), settles them in the same transaction as its warehouse writes (`settle`), puts
+ * failures back with a backoff (`retryLater`), and an operator can `replay` dead rows.
+ *
+ * Row lifecycle: `pending` → (claimed) → `processed` | `unhandled` (no handler for its event type)
+ * | `failed` (will be retried at `next_attempt_at`) → … → `dead` after `max_attempts`, or at once
+ * when retrying cannot help (the body is not JSON or does not decode). Claimed rows keep their
+ * status and carry a lease; `reap` frees leases whose holder died. Times are PostgreSQL's `now()`,
+ * so every replica on the database agrees on leases and due times.
+ */
+import { PgTypes } from "@effect/sql-pg"
+import { Context, Duration, Effect, Layer, Result } from "effect"
+import { SqlClient } from "effect/sql/SqlClient"
+import type { SqlError } from "effect/sql/SqlError"
+
+/** The NOTIFY channel the insert trigger signals (0002_sync_state.sql). */
+export const INBOX_CHANNEL = "crm_sync_webhook_inbox"
+
+export type InboxStatus = "pending" | "processed" | "failed" | "dead" | "unhandled"
+
+/** A verified delivery as the intake stores it. */
+export interface InboxRow {
+  readonly hookId: string
+  readonly endpoint: string
+  readonly eventType: string | null
+  /** The body exactly as received and signed. */
+  readonly body: Uint8Array
+  /** `pending`, or `dead` for a signed body that is not JSON (a retry cannot fix it). */
+  readonly status: "pending" | "dead"
+  readonly error: string | null
+}
+
+/** A row leased to one processor. */
+export interface ClaimedRow {
+  readonly hookId: string
+  readonly endpoint: string
+  readonly eventType: string | null
+  readonly body: Uint8Array
+  /** Claims so far, this one included. */
+  readonly attempts: number
+  readonly receivedAt: Date
+}
+
+/** How a claimed row ends: for good (`processed`, `unhandled`, `dead`) in the apply transaction. */
+export interface Settlement {
+  readonly hookId: string
+  readonly status: "processed" | "unhandled" | "dead"
+  readonly error: string | null
+}
+
+/** A claimed row that failed and may be tried again. */
+export interface Failure {
+  readonly hookId: string
+  readonly attempts: number
+  readonly error: string
+}
+
+/** Which rows `replay` puts back to `pending`. */
+export type ReplaySelection = { readonly _tag: "Dead" } | { readonly _tag: "One"; readonly hookId: string }
+
+export interface InboxCounts {
+  readonly backlog: number
+  readonly dead: number
+}
+
+/**
+ * Delay before the next try after `attempts` failed claims: 5 s doubling to at most one hour.
+ * With the default of 10 attempts a row is retried for roughly 40 minutes before it is dead.
+ */
+export const retryDelay = (attempts: number): Duration.Duration =>
+  Duration.millis(Math.min(5_000 * 2 ** Math.max(0, attempts - 1), 3_600_000))
+
+/**
+ * Typed array parameters. The driver infers an array's type from its elements, which fails for an
+ * array of nulls only (a batch in which no row has an error) or numbers that are partly integral;
+ * naming the element type avoids both. Neither can fail for these element types.
+ */
+const textArray = (values: ReadonlyArray<string | null>) => Result.getOrThrow(PgTypes.array(values, PgTypes.OID.text))
+const byteaArray = (values: ReadonlyArray<Uint8Array>) => Result.getOrThrow(PgTypes.array(values, PgTypes.OID.bytea))
+const float8Array = (values: ReadonlyArray<number>) => Result.getOrThrow(PgTypes.array(values, PgTypes.OID.float8))
+
+const rowsAffected = (rows: ReadonlyArray<{ readonly n: number | bigint }>) => Number(rows[0]?.n ?? 0)
+
+export class WebhookInbox extends Context.Service<
+  WebhookInbox,
+  {
+    /** Inserts rows; ids already present are left alone. Returns the ids actually inserted. */
+    readonly insert: (rows: ReadonlyArray<InboxRow>) => Effect.Effect<ReadonlySet<string>, SqlError>
+    /** Leases up to `limit` due rows to `worker`, oldest due first, counting one attempt each. */
+    readonly claim: (worker: string, limit: number) => Effect.Effect<ReadonlyArray<ClaimedRow>, SqlError>
+    /** Ends claimed rows and releases their lease; meant to run inside the apply transaction. */
+    readonly settle: (worker: string, settlements: ReadonlyArray<Settlement>) => Effect.Effect<void, SqlError>
+    /** Marks claimed rows `failed` with a backoff, or `dead` once `maxAttempts` is reached. */
+    readonly retryLater: (
+      worker: string,
+      failures: ReadonlyArray<Failure>,
+      maxAttempts: number
+    ) => Effect.Effect<{ readonly dead: ReadonlyArray<string> }, SqlError>
+    /** Frees leases older than `leaseTimeout` (their holder died); returns how many. */
+    readonly reap: (leaseTimeout: Duration.Duration) => Effect.Effect<number, SqlError>
+    /** Deletes processed and unhandled rows finished longer ago than `retention`; returns how many. */
+    readonly prune: (retention: Duration.Duration) => Effect.Effect<number, SqlError>
+    /** Puts the selected rows back to `pending`, attempts reset, and wakes the processors. */
+    readonly replay: (selection: ReplaySelection) => Effect.Effect<number, SqlError>
+    readonly counts: Effect.Effect<InboxCounts, SqlError>
+  }
+>()("crm-sync/webhooks/WebhookInbox") {
+  static readonly layer = Layer.effect(
+    WebhookInbox,
+    Effect.gen(function* () {
+      const sql = yield* SqlClient
+
+      // One statement whatever the batch size (unnest of arrays rather than multi-row VALUES),
+      // so PostgreSQL plans it once. ON CONFLICT DO NOTHING also absorbs repeats within a batch.
+      const insert = Effect.fnUntraced(function* (rows: ReadonlyArray<InboxRow>) {
+        if (rows.length === 0) return new Set<string>()
+        const inserted = yield* sql<{ hook_id: string }>`
+          INSERT INTO crm_sync.webhook_inbox (hook_id, endpoint, event_type, body, status, last_error, processed_at)
+          SELECT r.hook_id, r.endpoint, r.event_type, r.body, r.status, r.last_error,
+                 CASE WHEN r.status = 'dead' THEN now() END
+          FROM unnest(
+            ${textArray(rows.map((row) => row.hookId))},
+            ${textArray(rows.map((row) => row.endpoint))},
+            ${textArray(rows.map((row) => row.eventType))},
+            ${byteaArray(rows.map((row) => row.body))},
+            ${textArray(rows.map((row) => row.status))},
+            ${textArray(rows.map((row) => row.error))}
+          ) AS r(hook_id, endpoint, event_type, body, status, last_error)
+          ON CONFLICT (hook_id) DO NOTHING
+          RETURNING hook_id`
+        return new Set(inserted.map((row) => row.hook_id))
+      })
+
+      const claim = Effect.fnUntraced(function* (worker: string, limit: number) {
+        const rows = yield* sql<{
+          hook_id: string
+          endpoint: string
+          event_type: string | null
+          body: Uint8Array
+          attempts: number
+          received_at: Date
+        }>`
+          UPDATE crm_sync.webhook_inbox AS inbox
+          SET locked_by = ${worker}, locked_at = now(), attempts = inbox.attempts + 1
+          FROM (
+            SELECT hook_id FROM crm_sync.webhook_inbox
+            WHERE status IN ('pending', 'failed') AND next_attempt_at <= now() AND locked_by IS NULL
+            ORDER BY next_attempt_at
+            LIMIT ${limit}
+            FOR UPDATE SKIP LOCKED
+          ) AS due
+          WHERE inbox.hook_id = due.hook_id
+          RETURNING inbox.hook_id, inbox.endpoint, inbox.event_type, inbox.body, inbox.attempts, inbox.received_at`
+        return rows
+          .map((row): ClaimedRow => ({
+            hookId: row.hook_id,
+            endpoint: row.endpoint,
+            eventType: row.event_type,
+            body: row.body,
+            attempts: row.attempts,
+            receivedAt: row.received_at
+          }))
+          .toSorted((a, b) => a.receivedAt.getTime() - b.receivedAt.getTime())
+      })
+
+      // `locked_by = worker`: a row whose lease was reaped and taken by another processor is that
+      // processor's to settle. Applying it twice meanwhile is harmless (writes are idempotent).
+      const settle = Effect.fnUntraced(function* (worker: string, settlements: ReadonlyArray<Settlement>) {
+        if (settlements.length === 0) return
+        yield* sql`
+          UPDATE crm_sync.webhook_inbox AS inbox
+          SET status = s.status, last_error = s.error, processed_at = now(), locked_by = NULL, locked_at = NULL
+          FROM unnest(
+            ${textArray(settlements.map((s) => s.hookId))},
+            ${textArray(settlements.map((s) => s.status))},
+            ${textArray(settlements.map((s) => s.error))}
+          ) AS s(hook_id, status, error)
+          WHERE inbox.hook_id = s.hook_id AND inbox.locked_by = ${worker}`
+      })
+
+      const retryLater = Effect.fnUntraced(function* (
+        worker: string,
+        failures: ReadonlyArray<Failure>,
+        maxAttempts: number
+      ) {
+        if (failures.length === 0) return { dead: [] }
+        const rows = yield* sql<{ hook_id: string; status: string }>`
+          UPDATE crm_sync.webhook_inbox AS inbox
+          SET status = CASE WHEN inbox.attempts >= ${maxAttempts} THEN 'dead' ELSE 'failed' END,
+              last_error = f.error,
+              next_attempt_at = now() + f.delay_ms * interval '1 millisecond',
+              processed_at = CASE WHEN inbox.attempts >= ${maxAttempts} THEN now() END,
+              locked_by = NULL, locked_at = NULL
+          FROM unnest(
+            ${textArray(failures.map((f) => f.hookId))},
+            ${textArray(failures.map((f) => f.error))},
+            ${float8Array(failures.map((f) => Duration.toMillis(retryDelay(f.attempts))))}
+          ) AS f(hook_id, error, delay_ms)
+          WHERE inbox.hook_id = f.hook_id AND inbox.locked_by = ${worker}
+          RETURNING inbox.hook_id, inbox.status`
+        return { dead: rows.filter((row) => row.status === "dead").map((row) => row.hook_id) }
+      })
+
+      const reap = Effect.fnUntraced(function* (leaseTimeout: Duration.Duration) {
+        const rows = yield* sql<{ n: number }>`
+          WITH freed AS (
+            UPDATE crm_sync.webhook_inbox SET locked_by = NULL, locked_at = NULL
+            WHERE locked_by IS NOT NULL
+              AND locked_at < now() - ${Duration.toMillis(leaseTimeout)}::float8 * interval '1 millisecond'
+            RETURNING 1
+          )
+          SELECT count(*)::int AS n FROM freed`
+        return rowsAffected(rows)
+      })
+
+      // In slices, so a large backlog of old rows never holds one long delete.
+      const pruneSlice = (retentionMs: number) =>
+        sql<{ n: number }>`
+          WITH gone AS (
+            DELETE FROM crm_sync.webhook_inbox
+            WHERE hook_id IN (
+              SELECT hook_id FROM crm_sync.webhook_inbox
+              WHERE status IN ('processed', 'unhandled')
+                AND processed_at < now() - ${retentionMs}::float8 * interval '1 millisecond'
+              LIMIT 5000
+            )
+            RETURNING 1
+          )
+          SELECT count(*)::int AS n FROM gone`.pipe(Effect.map(rowsAffected))
+
+      const prune = Effect.fnUntraced(function* (retention: Duration.Duration) {
+        const retentionMs = Duration.toMillis(retention)
+        let total = 0
+        while (true) {
+          const deleted = yield* pruneSlice(retentionMs)
+          total += deleted
+          if (deleted < 5000) return total
+        }
+      })
+
+      const replay = Effect.fnUntraced(function* (selection: ReplaySelection) {
+        const filter =
+          selection._tag === "Dead" ? sql`status = 'dead'` : sql`hook_id = ${selection.hookId} AND locked_by IS NULL`
+        const rows = yield* sql<{ n: number }>`
+          WITH replayed AS (
+            UPDATE crm_sync.webhook_inbox
+            SET status = 'pending', attempts = 0, last_error = NULL, next_attempt_at = now(), processed_at = NULL
+            WHERE ${filter}
+            RETURNING 1
+          )
+          SELECT count(*)::int AS n FROM replayed`
+        const replayed = rowsAffected(rows)
+        if (replayed > 0) yield* sql`SELECT pg_notify(${INBOX_CHANNEL}, '')`
+        return replayed
+      })
+
+      // Two subqueries so each uses its partial index instead of scanning every kept row.
+      const counts = sql<{ backlog: number; dead: number }>`
+        SELECT (SELECT count(*) FROM crm_sync.webhook_inbox WHERE status IN ('pending', 'failed'))::int AS backlog,
+               (SELECT count(*) FROM crm_sync.webhook_inbox WHERE status = 'dead')::int AS dead`.pipe(
+        Effect.map((rows) => ({ backlog: rows[0]?.backlog ?? 0, dead: rows[0]?.dead ?? 0 }))
+      )
+
+      return WebhookInbox.of({ insert, claim, settle, retryLater, reap, prune, replay, counts })
+    })
+  )
+}

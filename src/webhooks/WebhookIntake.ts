@@ -1,0 +1,217 @@
+/**
+ * WebhookIntake: the HTTP side of webhooks. One route per configured endpoint,
+ * `POST /webhooks/<name>`, each with its own signing secrets (several during a rotation) and an
+ * optional fixed event type (spec §6.3: `client.created`, `client.updated` and `prospect.created`
+ * carry no `event_type`, so only their endpoint says what they are).
+ *
+ * A delivery goes through, in order, and stops at the first failure (nothing stored, counted in
+ * `crm_sync_webhook_deliveries_total` by reason):
+ *   1. the endpoint must exist: 404;
+ *   2. a declared Content-Length over `webhooks.max_body_bytes`: 413 before reading anything;
+ *   3. the `hook-*` / `webhook-*` / `svix-*` headers must be present and well formed: 400;
+ *   4. the timestamp must be within `webhooks.tolerance` of now: 401;
+ *   5. the body is read as raw bytes, counting them as they stream in: 413 past the limit,
+ *      whatever Content-Length claimed; this happens before any HMAC is computed;
+ *   6. the signature over those exact bytes must match one of the endpoint's secrets: 401.
+ * Then the delivery is stored in `crm_sync.webhook_inbox` through the group-commit InboxWriter
+ * and answered 200 only after the commit (spec §6.1: "returns a 2xx response promptly after
+ * verifying and durably accepting the delivery"); a repeat of a stored hook-id is answered 200
+ * too and changes nothing. If the database cannot take it: 503, and the sender retries. A signed
+ * body that is not JSON is stored as `dead` with the reason and answered 200: a retry would bring
+ * the same bytes.
+ */
+import { ByteSize, Clock, Context, Duration, Effect, Layer, Predicate, Result, Schema } from "effect"
+import { HttpIncomingMessage, HttpRouter, HttpServerRequest, HttpServerResponse } from "effect/http"
+import { AppConfig, type WebhookEndpoint } from "../config/AppConfig.ts"
+import * as Metrics from "../observability/Metrics.ts"
+import { InboxUnavailable, InboxWriter } from "./InboxWriter.ts"
+import type { InboxRow } from "./WebhookInbox.ts"
+import {
+  makeSignatureVerifier,
+  readDeliveryHeaders,
+  type RejectionReason,
+  type SignatureVerifier,
+  WebhookRejected
+} from "./WebhookSignature.ts"
+
+/** An endpoint whose secret is not a valid `whsec_<base64>` key: reported at startup. */
+export class WebhookConfigError extends Schema.TaggedError<WebhookConfigError>()("WebhookConfigError", {
+  endpoint: Schema.String,
+  message: Schema.String
+}) {}
+
+/** How long a delivery may wait for its commit before it is answered 503. */
+const ACCEPT_TIMEOUT = Duration.seconds(10)
+
+/** The path of an endpoint, as the sender must be configured with it. */
+export const endpointPath = (name: string) => `/webhooks/${name}` as const
+
+interface Endpoint {
+  readonly name: string
+  readonly eventType: string | null
+  readonly verifier: SignatureVerifier
+}
+
+const utf8 = new TextDecoder("utf-8", { fatal: true })
+
+/** What the inbox needs to know of a body: whether it is JSON, and the event type it names. */
+const inspectBody = (body: Uint8Array) =>
+  Effect.try({
+    try: () => JSON.parse(utf8.decode(body)) as unknown,
+    catch: (cause) => (cause instanceof SyntaxError ? `body is not JSON: ${cause.message}` : "body is not UTF-8")
+  }).pipe(
+    Effect.map((json) =>
+      Predicate.isObject(json) && "event_type" in json && Predicate.isString(json.event_type) && json.event_type !== ""
+        ? json.event_type
+        : null
+    ),
+    Effect.result
+  )
+
+const respond = (status: number, body: Record<string, string>) => HttpServerResponse.jsonUnsafe(body, { status })
+
+const count = (endpoint: string, result: string) => Metrics.increment(Metrics.webhookDeliveries, { endpoint, result })
+
+const rejected = (reason: RejectionReason, detail: string) => new WebhookRejected({ reason, detail })
+
+/** A refusal: counted, logged at debug level (a flood of them must not flood the logs), answered. */
+const refuse = (endpoint: string, rejection: WebhookRejected) =>
+  Effect.as(
+    Effect.andThen(
+      count(endpoint, rejection.reason),
+      Effect.logDebug("webhook delivery refused").pipe(
+        Effect.annotateLogs({ endpoint, reason: rejection.reason, detail: rejection.detail })
+      )
+    ),
+    respond(rejection.status, { error: rejection.reason, detail: rejection.detail })
+  )
+
+/** The 200 answers, made once (responses are immutable values). */
+const answers = {
+  accepted: respond(200, { status: "accepted" }),
+  duplicate: respond(200, { status: "duplicate" }),
+  not_json: respond(200, { status: "not_json" })
+} as const
+
+export class WebhookIntake extends Context.Service<
+  WebhookIntake,
+  {
+    /** Handles one delivery to the named endpoint; never fails (every outcome is a response). */
+    readonly handle: (
+      endpoint: string,
+      request: HttpServerRequest.HttpServerRequest
+    ) => Effect.Effect<HttpServerResponse.HttpServerResponse>
+    /** The configured endpoint names. */
+    readonly endpoints: ReadonlyArray<string>
+  }
+>()("crm-sync/webhooks/WebhookIntake") {
+  static readonly layer = Layer.effect(
+    WebhookIntake,
+    Effect.gen(function* () {
+      const config = yield* AppConfig
+      const writer = yield* InboxWriter
+      const maxBytes = config.webhooks.max_body_bytes
+      const endpoints = new Map<string, Endpoint>()
+      for (const endpoint of config.webhooks.endpoints) {
+        endpoints.set(endpoint.name, yield* makeEndpoint(endpoint, config.webhooks.tolerance))
+      }
+
+      const readBody = (request: HttpServerRequest.HttpServerRequest) =>
+        request.arrayBuffer.pipe(
+          Effect.provideService(HttpIncomingMessage.MaxBodySize, ByteSize.bytes(maxBytes)),
+          Effect.map((buffer) => new Uint8Array(buffer)),
+          Effect.mapError((error) =>
+            error.reason._tag === "RequestParseError" && error.reason.reason === "BodyTooLarge"
+              ? rejected("body_too_large", `the body exceeds ${maxBytes} bytes`)
+              : rejected("unreadable_body", "the body could not be read")
+          )
+        )
+
+      const handle = Effect.fnUntraced(function* (name: string, request: HttpServerRequest.HttpServerRequest) {
+        const startedNanos = yield* Clock.currentTimeNanos
+        const endpoint = endpoints.get(name)
+        if (endpoint === undefined) {
+          return yield* refuse("unknown", rejected("unknown_endpoint", `no webhook endpoint named ${name}`))
+        }
+        const declared = request.headers["content-length"]
+        if (declared !== undefined && Number(declared) > maxBytes) {
+          return yield* refuse(name, rejected("body_too_large", `the body exceeds ${maxBytes} bytes`))
+        }
+        const headers = readDeliveryHeaders(request.headers)
+        if (Result.isFailure(headers)) return yield* refuse(name, headers.failure)
+        // Timestamp first (no body needed), then the body, then the HMAC over its exact bytes.
+        const fresh = endpoint.verifier.checkTimestamp(headers.success, yield* Clock.currentTimeMillis)
+        if (Result.isFailure(fresh)) return yield* refuse(name, fresh.failure)
+        const body = yield* Effect.result(readBody(request))
+        if (Result.isFailure(body)) return yield* refuse(name, body.failure)
+        const verified = endpoint.verifier.checkSignature(headers.success, body.success)
+        if (Result.isFailure(verified)) return yield* refuse(name, verified.failure)
+
+        const inspected = yield* inspectBody(body.success)
+        const row: InboxRow = {
+          hookId: headers.success.id,
+          endpoint: name,
+          eventType: Result.isSuccess(inspected) ? (inspected.success ?? endpoint.eventType) : endpoint.eventType,
+          body: body.success,
+          status: Result.isSuccess(inspected) ? "pending" : "dead",
+          error: Result.isFailure(inspected) ? inspected.failure : null
+        }
+        // A database that hangs rather than refuses must not hold the sender until it gives up:
+        // past ACCEPT_TIMEOUT the answer is 503. Should the row commit after all, the sender's
+        // retry is a duplicate and gets its 2xx then.
+        const stored = yield* Effect.result(
+          writer.accept(row).pipe(
+            Effect.timeoutOrElse({
+              duration: ACCEPT_TIMEOUT,
+              orElse: () => Effect.fail(new InboxUnavailable({ message: "the inbox did not commit in time" }))
+            })
+          )
+        )
+        if (Result.isFailure(stored)) {
+          yield* count(name, "unavailable")
+          yield* Effect.logWarning("webhook delivery not stored; answered 503").pipe(
+            Effect.annotateLogs({ endpoint: name, hook_id: row.hookId, error: stored.failure.message })
+          )
+          return respond(503, { error: "unavailable", detail: "the delivery could not be stored; retry later" })
+        }
+        const result = row.status === "dead" ? "not_json" : stored.success === "inserted" ? "accepted" : "duplicate"
+        yield* count(name, result)
+        const elapsedNanos = (yield* Clock.currentTimeNanos) - startedNanos
+        yield* Metrics.observe(Metrics.webhookAckSeconds, Number(elapsedNanos) / 1e9, { endpoint: name })
+        return answers[result]
+      })
+
+      return WebhookIntake.of({ handle, endpoints: [...endpoints.keys()] })
+    })
+  )
+
+  /**
+   * Registers `POST /webhooks/<name>` for every configured endpoint, and `POST /webhooks/:name`
+   * for the rest (404, counted). `main.ts` serves these with the health routes on `webhook_port`.
+   */
+  static readonly routes = HttpRouter.use(
+    Effect.fnUntraced(function* (router) {
+      const intake = yield* WebhookIntake
+      for (const name of intake.endpoints) {
+        yield* router.add("POST", endpointPath(name), (request) => intake.handle(name, request))
+      }
+      yield* router.add("POST", "/webhooks/:name", (request) =>
+        Effect.flatMap(HttpRouter.params, (params) => intake.handle(params.name ?? "", request))
+      )
+    })
+  )
+}
+
+const makeEndpoint = (endpoint: WebhookEndpoint, tolerance: Parameters<typeof makeSignatureVerifier>[1]) =>
+  Effect.try({
+    try: (): Endpoint => ({
+      name: endpoint.name,
+      eventType: endpoint.event_type ?? null,
+      verifier: makeSignatureVerifier(endpoint.secrets, tolerance)
+    }),
+    catch: () =>
+      new WebhookConfigError({
+        endpoint: endpoint.name,
+        message: `webhooks.endpoints.${endpoint.name}: a signing secret is not a valid whsec_<base64> key`
+      })
+  })
