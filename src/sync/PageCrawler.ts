@@ -1,0 +1,423 @@
+/**
+ * PageCrawler: reads a whole list endpoint page by page into the warehouse — annuity contracts and
+ * financial accounts (spec §4: only `page` and `per_page` exist for them), and businesses when there
+ * is no poll cursor yet or a backfill asks. Every page at `per_page=100` (spec §4 rule 1, §8: the
+ * fewest requests), at the `bulk` priority of the shared budget.
+ *
+ * A fetcher reads pages in order (up to three requests in flight once the page count is known)
+ * into a small queue while the writer stores them, several queued pages to one transaction when it
+ * falls behind. Each transaction stores the records (the warehouse's forward-only upsert: an
+ * unchanged record is not rewritten), marks them seen (CrawlRuns), undeletes any that had been
+ * deleted by absence, and advances `crawl_runs.last_page` — all or nothing, and uninterruptibly, so
+ * a SIGTERM lets the page in hand commit and a crash loses at most pages not yet committed. A
+ * restarted crawl resumes after `last_page` without asking for the stored pages again.
+ *
+ * Page drift: pages are offsets into a list that can change while it is read. Records created
+ * mid-crawl push later records forward (seen twice: duplicates, counted and harmless); records
+ * removed pull later records back, and one that crosses into a page already read would be missed.
+ * Each page's `total_count` is compared with the previous page's: when it fell by `d`, the
+ * `⌈d / per_page⌉` pages just before are read again (a re-check), which finds the shifted records.
+ * What a re-check cannot see (a removal and a creation cancelling out in the totals) costs this
+ * crawl one record, which is never deleted for it: deletion needs two clean crawls in a row to miss
+ * a record (CrawlRuns), and the next crawl sees it. `total_pages` is followed as each page reports
+ * it, and an empty page ends the crawl.
+ *
+ * The caller holds the resource's lease (`resourceLease` of JobLease) for the duration.
+ */
+import { Cause, Clock, Context, DateTime, Effect, Fiber, Layer, Queue, Result, Schema } from "effect"
+import { SqlClient } from "effect/sql/SqlClient"
+import type { SqlError } from "effect/sql/SqlError"
+import { AppConfig } from "../config/AppConfig.ts"
+import type { CrmClientShape, ListPage } from "../crm/CrmClient.ts"
+import type { CrmError } from "../crm/CrmError.ts"
+import { type Source, type UpsertResult, Warehouse } from "../warehouse/Warehouse.ts"
+import { type CrawlRun, CrawlRuns } from "./CrawlRuns.ts"
+import { describeFailure } from "./JobRuns.ts"
+import { recordOutcomes, recordRefused } from "./SyncMetrics.ts"
+import { type JobFailure, type SyncError, toSyncError } from "./SyncError.ts"
+
+/** The resources read by full-page crawls. */
+export const CrawlResources = ["businesses", "annuity_contracts", "financial_accounts"] as const
+export type CrawlResource = (typeof CrawlResources)[number]
+
+/** spec §4 rule 1: at most 100 records per page. */
+export const PER_PAGE = 100
+
+/**
+ * Requests in flight at once. A few hide the round trips (the budget's permit, the request) behind
+ * each other; under the CRM's hourly limits the budget paces them anyway (spec §8).
+ */
+const REQUESTS_IN_FLIGHT = 3
+/** Pages fetched ahead of the writer. Small: a page waiting in memory is a page not yet stored. */
+const FETCH_AHEAD = 8
+/** Pages at most in one write transaction (only when the writer has fallen behind the fetcher). */
+const MAX_BATCH_PAGES = 10
+/** Pages read again at most after one drop in the totals; beyond that the next crawl catches up. */
+const MAX_RECHECK_PAGES = 3
+
+/** Where a crawl stands, after each stored batch. */
+export interface CrawlProgress {
+  readonly connection: string
+  readonly resource: CrawlResource
+  /** Highest page stored. */
+  readonly page: number
+  readonly totalPages: number
+  readonly totalCount: number
+  /** Unique records seen by this crawl so far (a resumed crawl counts its earlier pages). */
+  readonly seen: number
+  /** Requests this crawl has sent (a resumed crawl counts its earlier ones). */
+  readonly requests: number
+  /** The first page this invocation read (1, or where it resumed). */
+  readonly startPage: number
+  /** `seen` and `requests` when this invocation began (non-zero for a resumed crawl). */
+  readonly startSeen: number
+  readonly startRequests: number
+}
+
+export interface CrawlOptions {
+  /** `crawl` for the daemon's scheduled crawls, `backfill` for the backfill's. */
+  readonly source: Extract<Source, "crawl" | "backfill">
+  /** Called after every stored batch (the backfill's progress bars). */
+  readonly onProgress?: (progress: CrawlProgress) => Effect.Effect<void>
+  /**
+   * Runs inside the transaction that completes a clean crawl (a business crawl moves the poll
+   * cursor to the crawl's start there).
+   */
+  readonly onComplete?: (run: CrawlRun) => Effect.Effect<void, SqlError>
+}
+
+export interface CrawlSummary {
+  readonly connection: string
+  readonly resource: CrawlResource
+  readonly runId: number
+  readonly resumed: boolean
+  readonly startPage: number
+  readonly pages: number
+  readonly totalCount: number
+  /** Requests of this invocation, and of the whole crawl (a resumed one counts the earlier ones). */
+  readonly requests: number
+  readonly runRequests: number
+  readonly seen: number
+  readonly inserted: number
+  readonly updated: number
+  readonly unchanged: number
+  readonly rejected: number
+  readonly duplicates: number
+  readonly rechecks: number
+  readonly undeleted: number
+  readonly absent: number
+  readonly deleted: number
+  readonly refused: number
+  readonly note: string | null
+}
+
+/** A page as fetched: in order, or read again after a drop in the totals. */
+interface Fetched {
+  readonly page: ListPage<unknown>
+  readonly recheck: boolean
+}
+
+const listFor = (client: CrmClientShape, resource: CrawlResource) => {
+  const options = { priority: "bulk" } as const
+  return (page: number): Effect.Effect<ListPage<unknown>, CrmError> => {
+    const query = { page, per_page: PER_PAGE }
+    switch (resource) {
+      case "businesses":
+        return client.listBusinesses(query, options)
+      case "annuity_contracts":
+        return client.listAnnuityContracts(query, options)
+      case "financial_accounts":
+        return client.listFinancialAccounts(query, options)
+    }
+  }
+}
+
+/** The record's id as received (an undecodable record may still carry one). */
+export const idOf = (raw: unknown): string | undefined => {
+  if (typeof raw !== "object" || raw === null || Array.isArray(raw)) return undefined
+  const id = (raw as { readonly id?: unknown }).id
+  return typeof id === "string" && id !== "" ? id : typeof id === "number" ? String(id) : undefined
+}
+
+const zeroCounts: UpsertResult = { inserted: 0, updated: 0, unchanged: 0, skipped: 0, rejected: 0 }
+
+const addCounts = (a: UpsertResult, b: UpsertResult): UpsertResult => ({
+  inserted: a.inserted + b.inserted,
+  updated: a.updated + b.updated,
+  unchanged: a.unchanged + b.unchanged,
+  skipped: a.skipped + b.skipped,
+  rejected: a.rejected + b.rejected
+})
+
+const RunTotals = Schema.Struct({
+  seen: Schema.Number,
+  inserted: Schema.Number,
+  updated: Schema.Number,
+  unchanged: Schema.Number,
+  duplicates: Schema.Number,
+  rechecks: Schema.Number,
+  undeleted: Schema.Number,
+  requests: Schema.Number,
+  last_page: Schema.Number,
+  total_count: Schema.NullOr(Schema.Number)
+})
+
+/**
+ * Reads pages in order into `queue`, up to `REQUESTS_IN_FLIGHT` at a time once the page count
+ * is known (never past the last known page: no request is spent on a page that cannot
+ * exist), and re-reads the pages behind a drop in the totals.
+ */
+const fetchPages = (
+  list: (page: number) => Effect.Effect<ListPage<unknown>, CrmError>,
+  run: CrawlRun,
+  queue: Queue.Queue<Fetched, CrmError | Cause.Done>
+) =>
+  Effect.gen(function* () {
+    const inFlight: Array<{ readonly page: number; readonly fiber: Fiber.Fiber<ListPage<unknown>, CrmError> }> = []
+    let nextPage = run.nextPage
+    let knownPages = run.totalPages ?? undefined
+    let previousTotal = run.totalCount
+    const stopAll = Effect.suspend(() => Fiber.interruptAll(inFlight.splice(0).map((item) => item.fiber)))
+    return yield* Effect.gen(function* () {
+      while (true) {
+        // Until a page has told how many there are, one request at a time.
+        const room = () =>
+          inFlight.length === 0 ||
+          (inFlight.length < REQUESTS_IN_FLIGHT && knownPages !== undefined && nextPage <= knownPages)
+        while (room()) {
+          inFlight.push({ page: nextPage, fiber: yield* Effect.forkChild(list(nextPage)) })
+          nextPage++
+        }
+        const head = inFlight.shift()!
+        const fetched = yield* Fiber.join(head.fiber)
+        yield* Queue.offer(queue, { page: fetched, recheck: false })
+        const total = fetched.pagination.total_count
+        knownPages = fetched.pagination.total_pages
+        if (previousTotal !== null && total < previousTotal && head.page > 1) {
+          // Records removed between the previous page's read and this one pulled the ones
+          // after them back by `lost` places: those that crossed into pages already read
+          // are there now.
+          const perPage = Math.max(1, fetched.pagination.per_page || PER_PAGE)
+          const depth = Math.min(MAX_RECHECK_PAGES, Math.ceil((previousTotal - total) / perPage))
+          yield* Effect.logInfo("crawl: the list shrank while being read; re-reading earlier pages").pipe(
+            Effect.annotateLogs({ page: head.page, lost: previousTotal - total, pages: depth })
+          )
+          for (let back = head.page - 1; back >= Math.max(1, head.page - depth); back--) {
+            yield* Queue.offer(queue, { page: yield* list(back), recheck: true })
+          }
+        }
+        previousTotal = total
+        if (fetched.data.length === 0 || head.page >= fetched.pagination.total_pages) return
+        // The list may have shrunk under requests already sent: they only cost a request.
+        if (nextPage > knownPages + 1) yield* stopAll
+      }
+    }).pipe(Effect.ensuring(stopAll))
+  })
+
+export class PageCrawler extends Context.Service<
+  PageCrawler,
+  {
+    /**
+     * Crawls one resource of one connection to the end (resuming an unfinished crawl of the same
+     * source), stores every page, and on a clean finish applies deletion by absence.
+     */
+    readonly crawl: (
+      client: CrmClientShape,
+      resource: CrawlResource,
+      options: CrawlOptions
+    ) => Effect.Effect<CrawlSummary, SyncError>
+  }
+>()("crm-sync/sync/PageCrawler") {
+  static readonly layer = Layer.effect(
+    PageCrawler,
+    Effect.gen(function* () {
+      const sql = yield* SqlClient
+      const warehouse = yield* Warehouse
+      const runs = yield* CrawlRuns
+      const config = yield* AppConfig
+      const threshold = config.sync.deletion_threshold
+
+      /** Stores a batch of fetched pages in one transaction; returns what it did. */
+      const storeBatch = (run: CrawlRun, batch: ReadonlyArray<Fetched>) =>
+        sql
+          .withTransaction(
+            Effect.gen(function* () {
+              // A stored page can always be read again, and its bookkeeping commits with it, so
+              // the commit need not wait for the WAL flush: a database crash loses at most the
+              // last pages and their last_page together, and the crawl reads them again.
+              yield* sql`SET LOCAL synchronous_commit = off`
+              const records = batch.flatMap((item) => item.page.data)
+              const counts = yield* warehouse.upsert(run.resource, records, { source: run.source })
+              const inOrder = batch.filter((item) => !item.recheck)
+              const latest = (inOrder.length > 0 ? inOrder : batch).at(-1)!.page
+              const ids = records.flatMap((raw) => {
+                const id = idOf(raw)
+                return id === undefined ? [] : [id]
+              })
+              const recorded = yield* runs.recordBatch(run, {
+                lastPage: inOrder.length > 0 ? Math.max(...inOrder.map((item) => item.page.page)) : 0,
+                totalPages: latest.pagination.total_pages,
+                totalCount: latest.pagination.total_count,
+                ids,
+                counts,
+                requests: batch.length,
+                rechecks: batch.length - inOrder.length
+              })
+              // Records deleted by absence are no longer tracked, so a reappearing one is among
+              // the newly tracked: undelete those (spec §1: a record can only come back this way).
+              // Rows this batch inserted cannot be deleted: when it inserted every record (a first
+              // crawl), there is nothing to ask.
+              const unique = new Set(ids).size
+              const undeleted =
+                recorded.newlyTracked.length === 0 || counts.inserted >= unique
+                  ? 0
+                  : yield* warehouse.undelete(run.resource, recorded.newlyTracked, { source: run.source })
+              yield* runs.recordUndeleted(run, undeleted)
+              return { counts, latest, fresh: recorded.fresh, undeleted }
+            })
+          )
+          .pipe(Effect.uninterruptible)
+
+      const finish = (run: CrawlRun, options: CrawlOptions) =>
+        sql
+          .withTransaction(
+            Effect.gen(function* () {
+              const now = yield* DateTime.now
+              const result = yield* runs.finishClean(run, {
+                threshold,
+                deleteRecords: (ids) =>
+                  Effect.map(
+                    warehouse.markDeleted(run.resource, ids, now, { source: run.source }),
+                    (deleted) => deleted.deleted
+                  )
+              })
+              if (options.onComplete !== undefined) yield* options.onComplete(run)
+              return result
+            })
+          )
+          .pipe(Effect.uninterruptible)
+
+      const totals = (run: CrawlRun) =>
+        sql`SELECT seen, inserted, updated, unchanged, duplicates, rechecks, undeleted, requests, last_page, total_count
+            FROM crm_sync.crawl_runs WHERE id = ${run.id}`.pipe(
+          Effect.flatMap(Schema.decodeUnknownEffect(Schema.Array(RunTotals))),
+          Effect.map((rows) => rows[0]!)
+        )
+
+      const crawl = Effect.fn("PageCrawler.crawl")(
+        function* (
+          client: CrmClientShape,
+          resource: CrawlResource,
+          options: CrawlOptions
+        ): Effect.fn.Return<CrawlSummary, JobFailure> {
+          const connection = client.connection.name
+          yield* Effect.annotateCurrentSpan({ connection, resource, source: options.source })
+          const run = yield* runs.open(connection, resource, options.source)
+          const startedAt = yield* Clock.currentTimeMillis
+          if (run.resumed) {
+            yield* Effect.logInfo("crawl: resuming").pipe(Effect.annotateLogs({ run: run.id, page: run.nextPage }))
+          }
+          const queue = yield* Queue.bounded<Fetched, CrmError | Cause.Done>(FETCH_AHEAD)
+          yield* fetchPages(listFor(client, resource), run, queue).pipe(
+            Effect.onExit((exit) => (exit._tag === "Success" ? Queue.end(queue) : Queue.failCause(queue, exit.cause))),
+            Effect.forkChild
+          )
+
+          // A failure (not an interruption: that leaves the run to be resumed) marks the run failed.
+          const failRun = <E>(cause: Cause.Cause<E>) =>
+            Cause.hasInterruptsOnly(cause) ? Effect.void : Effect.ignore(runs.fail(run, describeFailure(cause)))
+
+          let counts = zeroCounts
+          let requests = 0
+          let seen = run.seen
+          let lastPage = run.nextPage - 1
+          const body = Effect.gen(function* () {
+            while (true) {
+              const taken = yield* Effect.result(Queue.takeBetween(queue, 1, MAX_BATCH_PAGES))
+              if (Result.isFailure(taken)) {
+                if (Cause.isDone(taken.failure)) break
+                return yield* Effect.fail(taken.failure)
+              }
+              const stored = yield* storeBatch(run, taken.success)
+              yield* recordOutcomes(resource, {
+                inserted: stored.counts.inserted,
+                updated: stored.counts.updated,
+                unchanged: stored.counts.unchanged + stored.counts.skipped,
+                rejected: stored.counts.rejected,
+                undeleted: stored.undeleted
+              })
+              counts = addCounts(counts, stored.counts)
+              requests += taken.success.length
+              seen += stored.fresh
+              lastPage = Math.max(lastPage, ...taken.success.filter((i) => !i.recheck).map((i) => i.page.page))
+              if (options.onProgress !== undefined) {
+                yield* options.onProgress({
+                  connection,
+                  resource,
+                  page: lastPage,
+                  totalPages: stored.latest.pagination.total_pages,
+                  totalCount: stored.latest.pagination.total_count,
+                  seen,
+                  requests: run.requests + requests,
+                  startPage: run.nextPage,
+                  startSeen: run.seen,
+                  startRequests: run.requests
+                })
+              }
+            }
+
+            return yield* finish(run, options)
+          }).pipe(Effect.onError(failRun))
+          const finished = yield* body
+          yield* recordOutcomes(resource, { deleted: finished.deleted })
+          yield* recordRefused(resource, finished.refused)
+          const final = yield* totals(run)
+          const elapsed = (yield* Clock.currentTimeMillis) - startedAt
+          const summary: CrawlSummary = {
+            connection,
+            resource,
+            runId: run.id,
+            resumed: run.resumed,
+            startPage: run.nextPage,
+            pages: final.last_page,
+            totalCount: final.total_count ?? 0,
+            requests,
+            runRequests: final.requests,
+            seen: final.seen,
+            inserted: final.inserted,
+            updated: final.updated,
+            unchanged: final.unchanged,
+            rejected: counts.rejected,
+            duplicates: final.duplicates,
+            rechecks: final.rechecks,
+            undeleted: final.undeleted,
+            absent: finished.absent,
+            deleted: finished.deleted,
+            refused: finished.refused,
+            note: finished.note
+          }
+          const log = finished.refused > 0 ? Effect.logWarning : Effect.logInfo
+          yield* log("crawl: complete").pipe(
+            Effect.annotateLogs({
+              run: run.id,
+              pages: summary.pages,
+              requests,
+              seen: summary.seen,
+              inserted: summary.inserted,
+              updated: summary.updated,
+              unchanged: summary.unchanged,
+              deleted: summary.deleted,
+              seconds: Math.round(elapsed / 100) / 10,
+              ...(finished.note === null ? {} : { note: finished.note })
+            })
+          )
+          return summary
+        },
+        (effect, client, resource) =>
+          Effect.mapError(effect, toSyncError("crawl", { connection: client.connection.name, resource }))
+      )
+
+      return PageCrawler.of({ crawl })
+    })
+  )
+}

@@ -1,0 +1,231 @@
+/**
+ * The read-sync jobs of `crm-sync run`: for every configured connection, the business poll (every
+ * `schedules.businesses`, default 5 minutes), the crawls of annuity contracts and financial
+ * accounts (every `schedules.crawl`, default 6 hours) and the reference refresh (every
+ * `schedules.reference`, default 24 hours). Each is a background worker with no API —
+ * `Layer.effectDiscard` with one `forkScoped` loop per job — that `main.ts` merges into the daemon.
+ *
+ * A job is due `interval` after its last successful run as `crm_sync.job_runs` records it (on the
+ * database's clock), so a restarted daemon does not crawl again at once, and a run another replica
+ * made counts. A due job runs under its resource's lease (JobLease), which is also where it is
+ * asked once more whether it is still due (a replica may have just run it); when another process
+ * holds the lease (another replica, a backfill) the turn is skipped and tried again a minute
+ * later. Every run is a
+ * row in `job_runs`. A failed run is retried after at most 10 minutes (a failed crawl resumes
+ * where it stopped); the loops never die of a job's failure.
+ *
+ * On SIGTERM the layer's scope closes and the loops are interrupted: a request in flight is
+ * abandoned, the page being written commits (page writes are uninterruptible), the lease is
+ * released, the job's row says `interrupted`, and an interrupted crawl resumes at the next start.
+ */
+import { Cause, Duration, Effect, Layer, Schema } from "effect"
+import { SqlClient } from "effect/sql/SqlClient"
+import { AppConfig } from "../config/AppConfig.ts"
+import { CrmClient, type CrmClientShape } from "../crm/CrmClient.ts"
+import { BusinessPoller } from "./BusinessPoller.ts"
+import { CrawlRuns } from "./CrawlRuns.ts"
+import { Cursors } from "./Cursors.ts"
+import { JobLease, resourceLease } from "./JobLease.ts"
+import { type JobOutcome, JobRuns } from "./JobRuns.ts"
+import { type CrawlResource, PageCrawler } from "./PageCrawler.ts"
+import { ReferenceSync } from "./ReferenceSync.ts"
+import type { SyncError } from "./SyncError.ts"
+
+/** After a failed run, the job is tried again after its interval or this, whichever is shorter. */
+const RETRY_AFTER_FAILURE = Duration.minutes(10)
+/** When another process holds the job's lease, ask again after this (or the interval, if shorter). */
+const RETRY_WHEN_BUSY = Duration.minutes(1)
+
+/** The job names recorded in `crm_sync.job_runs`. */
+export const JobNames = {
+  poll: "poll:businesses",
+  crawl: (resource: CrawlResource) => `crawl:${resource}`,
+  reference: "reference",
+  backfill: (resource: string) => `backfill:${resource}`
+} as const
+
+/** Every service of src/sync, given what the rest of the program provides (database, warehouse, CRM client). */
+export const SyncServicesLive = Layer.mergeAll(BusinessPoller.layer, ReferenceSync.layer).pipe(
+  Layer.provideMerge(PageCrawler.layer),
+  Layer.provideMerge(Layer.mergeAll(CrawlRuns.layer, Cursors.layer, JobRuns.layer, JobLease.layer))
+)
+
+interface ScheduledJob {
+  readonly job: string
+  readonly connection: string
+  readonly interval: Duration.Duration
+  readonly lease: string
+  /** Other job names whose success also counts as a run of this one (a backfill's crawl). */
+  readonly alsoCounts: ReadonlyArray<string>
+  readonly run: Effect.Effect<JobOutcome, SyncError>
+}
+
+const DueRow = Schema.Array(Schema.Struct({ due_ms: Schema.NullOr(Schema.Number) }))
+
+/** Milliseconds until the job is due (0 if it is, or never ran), on the database's clock. */
+const dueIn = (job: ScheduledJob) =>
+  Effect.gen(function* () {
+    const sql = yield* SqlClient
+    const names = [job.job, ...job.alsoCounts]
+    const rows = yield* sql`
+      SELECT (extract(epoch FROM (max(finished_at) + make_interval(secs => ${Duration.toSeconds(job.interval)})) - now())
+              * 1000)::float8 AS due_ms
+      FROM crm_sync.job_runs
+      WHERE job = ANY(${names}::text[]) AND connection = ${job.connection} AND status = 'succeeded'`
+    const [row] = yield* Schema.decodeUnknownEffect(DueRow)(rows)
+    return Math.max(0, Math.ceil(row?.due_ms ?? 0))
+  })
+
+/** The loop of one job: wait until due, run under the lease, record, repeat; never fails. */
+const loop = (job: ScheduledJob) =>
+  Effect.gen(function* () {
+    const leases = yield* JobLease
+    const jobRuns = yield* JobRuns
+    const busyWait = Duration.min(job.interval, RETRY_WHEN_BUSY)
+    const failureWait = Duration.min(job.interval, RETRY_AFTER_FAILURE)
+
+    /** One turn; returns how long to wait before the next look at the schedule. */
+    const turn = Effect.gen(function* () {
+      // Due is asked again under the lease: another replica may have just run the job.
+      const outcome = yield* Effect.result(
+        leases.tryRun(
+          job.lease,
+          Effect.flatMap(dueIn(job), (due) =>
+            due > 0
+              ? Effect.succeed("not due" as const)
+              : Effect.as(jobRuns.record(job.job, job.connection, job.run), "ran" as const)
+          )
+        )
+      )
+      if (outcome._tag === "Failure") {
+        yield* Effect.logWarning("sync job failed; it will be tried again").pipe(
+          Effect.annotateLogs({ error: outcome.failure.message, retry_in_seconds: Duration.toSeconds(failureWait) })
+        )
+        return failureWait
+      }
+      if (outcome.success._tag === "None") {
+        yield* Effect.logDebug("sync job: another process holds the lease; skipping this turn")
+        return busyWait
+      }
+      return Duration.zero
+    }).pipe(
+      // A defect is a bug, but one bad run must not stop the job for the daemon's lifetime.
+      Effect.catchCause((cause) =>
+        Cause.hasInterruptsOnly(cause)
+          ? Effect.failCause(cause)
+          : Effect.as(Effect.logError("sync job crashed; it will be tried again", cause), failureWait)
+      )
+    )
+
+    while (true) {
+      const due = yield* dueIn(job).pipe(Effect.catch(() => Effect.succeed(Duration.toMillis(failureWait))))
+      if (due > 0) yield* Effect.sleep(Duration.millis(due))
+      const wait = yield* turn
+      if (Duration.isGreaterThan(wait, Duration.zero)) yield* Effect.sleep(wait)
+    }
+  }).pipe(Effect.annotateLogs({ job: job.job, connection: job.connection }))
+
+/** One client per configured connection (the config was validated when it was loaded). */
+const clients = Effect.gen(function* () {
+  const config = yield* AppConfig
+  return yield* Effect.forEach(config.connections, (connection) => CrmClient.make(connection.name).pipe(Effect.orDie))
+})
+
+const startAll = (jobs: ReadonlyArray<ScheduledJob>) =>
+  Effect.gen(function* () {
+    for (const job of jobs) {
+      yield* Effect.logInfo("sync job scheduled").pipe(
+        Effect.annotateLogs({ job: job.job, connection: job.connection, every: Duration.format(job.interval) })
+      )
+      yield* Effect.forkScoped(loop(job))
+    }
+  })
+
+const pollJob = (client: CrmClientShape, interval: Duration.Duration) =>
+  Effect.gen(function* () {
+    const poller = yield* BusinessPoller
+    const connection = client.connection.name
+    return {
+      job: JobNames.poll,
+      connection,
+      interval,
+      lease: resourceLease(connection, "businesses"),
+      alsoCounts: [],
+      run: poller.poll(client).pipe(
+        Effect.map((summary): JobOutcome => {
+          const { crawl, ...rest } = summary
+          return {
+            requests: summary.requests,
+            detail: crawl === undefined ? rest : { ...rest, crawl_run: crawl.runId }
+          }
+        })
+      )
+    } satisfies ScheduledJob
+  })
+
+const crawlJob = (client: CrmClientShape, resource: CrawlResource, interval: Duration.Duration) =>
+  Effect.gen(function* () {
+    const crawler = yield* PageCrawler
+    const connection = client.connection.name
+    return {
+      job: JobNames.crawl(resource),
+      connection,
+      interval,
+      lease: resourceLease(connection, resource),
+      alsoCounts: [JobNames.backfill(resource)],
+      run: crawler
+        .crawl(client, resource, { source: "crawl" })
+        .pipe(Effect.map((summary): JobOutcome => ({ requests: summary.requests, detail: { ...summary } })))
+    } satisfies ScheduledJob
+  })
+
+const referenceJob = (client: CrmClientShape, interval: Duration.Duration) =>
+  Effect.gen(function* () {
+    const reference = yield* ReferenceSync
+    const connection = client.connection.name
+    return {
+      job: JobNames.reference,
+      connection,
+      interval,
+      lease: resourceLease(connection, "reference"),
+      alsoCounts: [JobNames.backfill("reference")],
+      run: reference
+        .refresh(client, { source: "crawl" })
+        .pipe(Effect.map((summary): JobOutcome => ({ requests: summary.requests, detail: { ...summary } })))
+    } satisfies ScheduledJob
+  })
+
+/** The business poll of every connection, every `schedules.businesses`. */
+export const BusinessPollerLive = Layer.effectDiscard(
+  Effect.gen(function* () {
+    const config = yield* AppConfig
+    const jobs = yield* Effect.forEach(yield* clients, (client) => pollJob(client, config.schedules.businesses))
+    yield* startAll(jobs)
+  })
+).pipe(Layer.provide(SyncServicesLive))
+
+/** The annuity-contract and financial-account crawls of every connection, every `schedules.crawl`. */
+export const CrawlSchedulerLive = Layer.effectDiscard(
+  Effect.gen(function* () {
+    const config = yield* AppConfig
+    const jobs = yield* Effect.forEach(yield* clients, (client) =>
+      Effect.all([
+        crawlJob(client, "annuity_contracts", config.schedules.crawl),
+        crawlJob(client, "financial_accounts", config.schedules.crawl)
+      ])
+    )
+    yield* startAll(jobs.flat())
+  })
+).pipe(Layer.provide(SyncServicesLive))
+
+/** The reference refresh (me, books, users, teams, project templates), every `schedules.reference`. */
+export const ReferenceSchedulerLive = Layer.effectDiscard(
+  Effect.gen(function* () {
+    const config = yield* AppConfig
+    const jobs = yield* Effect.forEach(yield* clients, (client) => referenceJob(client, config.schedules.reference))
+    yield* startAll(jobs)
+  })
+).pipe(Layer.provide(SyncServicesLive))
+
+/** All read-sync jobs of the daemon. */
+export const SyncJobsLive = Layer.mergeAll(BusinessPollerLive, CrawlSchedulerLive, ReferenceSchedulerLive)

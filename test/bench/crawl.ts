@@ -1,0 +1,222 @@
+/**
+ * Crawl benchmark: `npx node test/bench/crawl.ts [--sizes 100000,1000000] [--no-docs]`.
+ *
+ * For each size N, backfills N financial accounts (`backfill --resource financial_accounts`, the
+ * real code path: client, shared budget, PageCrawler, warehouse) from an unthrottled sandbox into
+ * a fresh database on an embedded PostgreSQL of its own, and measures records written per second
+ * (records stored ÷ wall time of the backfill) and the peak resident memory of the backfilling
+ * process. The sandbox runs in a child process (this file with `--sandbox`), so the memory measured
+ * is the backfill's alone and the two do not share an event loop; PostgreSQL is a process of its
+ * own too. Loopback only.
+ *
+ * Targets: at least 20,000 records/s, and peak memory that does not grow with the record count
+ * (at most 512 MB). The figures are printed and written into README.md and docs/sync.md between
+ * the `bench:crawl` markers (`--no-docs` only prints).
+ */
+import { PgClient } from "@effect/sql-pg"
+import { Effect, Layer, Redacted } from "effect"
+import { FetchHttpClient } from "effect/http"
+import { Reactivity } from "effect/reactivity"
+import { SqlClient } from "effect/sql/SqlClient"
+import { fork } from "node:child_process"
+import { mkdtempSync, rmSync } from "node:fs"
+import { availableParallelism, tmpdir } from "node:os"
+import { join } from "node:path"
+import { fileURLToPath } from "node:url"
+import { AppConfig } from "../../src/config/AppConfig.ts"
+import { RateBudget } from "../../src/budget/RateBudget.ts"
+import { Credentials } from "../../src/crm/Credentials.ts"
+import { Sandbox } from "../../src/sandbox/Sandbox.ts"
+import { backfill } from "../../src/sync/Backfill.ts"
+import { acquireEmbeddedDatabase } from "../../src/warehouse/EmbeddedDatabase.ts"
+import { migrate } from "../../src/warehouse/Migrations.ts"
+import { Warehouse } from "../../src/warehouse/Warehouse.ts"
+import { recordFigures } from "./figures.ts"
+
+const argument = (name: string) => {
+  const index = process.argv.indexOf(name)
+  return index < 0 ? undefined : process.argv[index + 1]
+}
+
+const SIZES = (argument("--sizes") ?? "100000,1000000").split(",").map(Number)
+const UNLIMITED = 100_000_000
+const unthrottled = { token: UNLIMITED, company: UNLIMITED, ip: UNLIMITED }
+/** The sandbox generates about this share of its records as financial accounts (see Generator.ts). */
+const ACCOUNT_SHARE = 0.6
+
+// ---------------------------------------------------------------------------------------------
+// The sandbox (child process)
+// ---------------------------------------------------------------------------------------------
+
+/** One company, one book: the token sees every financial account the sandbox generates. */
+const runSandbox = (accounts: number) =>
+  Effect.gen(function* () {
+    const sandbox = yield* Sandbox
+    const state = yield* sandbox.admin.state
+    process.send!({
+      baseUrl: sandbox.baseUrl,
+      token: sandbox.credentials.personalAccessToken,
+      accounts: state.counts.financial_accounts
+    })
+    return yield* Effect.never
+  }).pipe(
+    Effect.provide(
+      Sandbox.layer({
+        seed: 1,
+        records: Math.ceil(accounts / ACCOUNT_SHARE),
+        companies: 1,
+        booksPerCompany: 1,
+        limits: { personal: unthrottled, oauth: { user: UNLIMITED, app: UNLIMITED, ip: UNLIMITED } },
+        logSize: 100
+      })
+    )
+  )
+
+interface SandboxInfo {
+  readonly baseUrl: string
+  readonly token: string
+  readonly accounts: number
+}
+
+const startSandbox = (accounts: number) =>
+  Effect.acquireRelease(
+    Effect.callback<{ readonly info: SandboxInfo; readonly kill: () => void }>((resume) => {
+      const child = fork(fileURLToPath(import.meta.url), ["--sandbox", String(accounts)], {
+        execArgv: ["--max-old-space-size=4096"],
+        stdio: ["ignore", "ignore", "inherit", "ipc"]
+      })
+      child.once("message", (info) => resume(Effect.succeed({ info: info as SandboxInfo, kill: () => child.kill() })))
+      child.once("exit", (code) => resume(Effect.die(new Error(`the sandbox exited (${code})`))))
+    }),
+    ({ kill }) => Effect.sync(kill)
+  )
+
+// ---------------------------------------------------------------------------------------------
+// One measurement
+// ---------------------------------------------------------------------------------------------
+
+interface Figures {
+  readonly size: number
+  readonly records: number
+  readonly requests: number
+  readonly seconds: number
+  readonly recordsPerSecond: number
+  readonly peakRssMb: number
+  readonly baselineRssMb: number
+}
+
+const database = (adminUrl: string, name: string) =>
+  Layer.unwrap(
+    Effect.gen(function* () {
+      const admin = yield* PgClient.make({ url: Redacted.make(adminUrl), maxConnections: 1 }).pipe(
+        Effect.provide(Reactivity.layer)
+      )
+      yield* admin.unsafe(`CREATE DATABASE ${name}`)
+      const url = new URL(adminUrl)
+      url.pathname = `/${name}`
+      return Layer.effectDiscard(Effect.asVoid(migrate)).pipe(
+        Layer.provideMerge(PgClient.layer({ url: Redacted.make(url.toString()), maxConnections: 8 }))
+      )
+    })
+  )
+
+const measure = (adminUrl: string, size: number) =>
+  Effect.scoped(
+    Effect.gen(function* () {
+      const { info } = yield* startSandbox(size)
+      const config = AppConfig.layerFrom({
+        connections: [
+          { name: "bench", base_url: info.baseUrl, credential: "personal", token: info.token, limits: unthrottled }
+        ],
+        log_level: "warn"
+      })
+      const live = Layer.mergeAll(Warehouse.layer, RateBudget.layer, Credentials.layer).pipe(
+        Layer.provideMerge(FetchHttpClient.layer),
+        Layer.provideMerge(config),
+        Layer.provideMerge(database(adminUrl, `bench_crawl_${size}`))
+      )
+      return yield* Effect.gen(function* () {
+        const sql = yield* SqlClient
+        global.gc?.()
+        const baseline = process.memoryUsage().rss
+        let peak = baseline
+        const sampler = setInterval(() => {
+          peak = Math.max(peak, process.memoryUsage().rss)
+        }, 50)
+        const started = performance.now()
+        const summary = yield* backfill({ resource: "financial_accounts", progress: "lines" })
+        const seconds = (performance.now() - started) / 1000
+        clearInterval(sampler)
+        peak = Math.max(peak, process.memoryUsage().rss)
+        const [stored] = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM crm.financial_accounts`
+        if (stored!.n !== info.accounts) {
+          return yield* Effect.die(new Error(`stored ${stored!.n} accounts, the sandbox has ${info.accounts}`))
+        }
+        return {
+          size,
+          records: stored!.n,
+          requests: summary.requests,
+          seconds,
+          recordsPerSecond: Math.round(stored!.n / seconds),
+          peakRssMb: Math.round(peak / 1024 / 1024),
+          baselineRssMb: Math.round(baseline / 1024 / 1024)
+        } satisfies Figures
+      }).pipe(Effect.provide(live))
+    })
+  )
+
+const main = Effect.gen(function* () {
+  const folder = mkdtempSync(join(tmpdir(), "crm-sync-bench-crawl-"))
+  yield* Effect.addFinalizer(() => Effect.sync(() => rmSync(folder, { recursive: true, force: true })))
+  const server = yield* acquireEmbeddedDatabase(folder)
+  const adminUrl = Redacted.value(server.url)
+  const results: Array<Figures> = []
+  for (const size of SIZES) {
+    console.error(`backfilling ${size.toLocaleString("en-US")} financial accounts…`)
+    const figures = yield* measure(adminUrl, size)
+    console.error(
+      `  ${figures.records} records in ${figures.seconds.toFixed(1)} s: ${figures.recordsPerSecond}/s, peak RSS ${figures.peakRssMb} MB`
+    )
+    results.push(figures)
+  }
+  return results
+})
+
+const number = (n: number) => n.toLocaleString("en-US")
+
+const report = (results: ReadonlyArray<Figures>) => {
+  const rows = results.map(
+    (r) =>
+      `| ${number(r.records)} | ${number(r.requests)} | ${r.seconds.toFixed(1)} s | ${number(r.recordsPerSecond)}/s | ${number(r.peakRssMb)} MB (${number(r.baselineRssMb)} MB at start) |`
+  )
+  const fastEnough = results.every((r) => r.recordsPerSecond >= 20_000)
+  const bounded = results.every((r) => r.peakRssMb <= 512)
+  const growth = results.length >= 2 ? results.at(-1)!.peakRssMb - results[0]!.peakRssMb : 0
+  return [
+    `Measured ${new Date().toISOString().slice(0, 10)} on this machine (${availableParallelism()} CPUs shared by the backfill, the sandbox and PostgreSQL), embedded PostgreSQL, loopback sandbox without rate limits, \`npx node test/bench/crawl.ts\`:`,
+    "",
+    "| financial accounts | requests | time | records written per second | peak RSS of the backfill |",
+    "|---|---|---|---|---|",
+    ...rows,
+    "",
+    `Target ≥ 20,000 records/s: ${fastEnough ? "met" : "**not met**"}. Peak memory ≤ 512 MB and flat in the record count: ${bounded ? "met" : "**not met**"} (${growth >= 0 ? "+" : ""}${growth} MB from the smallest to the largest run).`
+  ].join("\n")
+}
+
+const sandboxSize = argument("--sandbox")
+if (sandboxSize !== undefined) {
+  Effect.runFork(runSandbox(Number(sandboxSize)))
+} else {
+  Effect.runPromise(Effect.scoped(main)).then(
+    async (results) => {
+      const text = report(results)
+      console.log(`\n${text}\n`)
+      await recordFigures("crawl", text, ["docs/sync.md"])
+      process.exit(0)
+    },
+    (error) => {
+      console.error(error)
+      process.exit(1)
+    }
+  )
+}
