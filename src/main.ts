@@ -5,8 +5,11 @@
  * (a bad config value, a bad flag), 1 for anything else. SIGINT/SIGTERM interrupt the running
  * command, whose finalizers (database pool, embedded PostgreSQL, servers) then run in order.
  */
-import { NodeHttpClient, NodeRuntime, NodeServices } from "@effect/platform-node"
+import { NodeHttpClient, NodeHttpServer, NodeRuntime, NodeServices } from "@effect/platform-node"
 import { Console, Effect, Layer, Logger, Option, References, Schema } from "effect"
+import { HttpRouter } from "effect/http"
+import { SqlClient } from "effect/sql/SqlClient"
+import { createServer } from "node:http"
 import { Argument, CliError, Command, Flag } from "effect/cli"
 import packageJson from "../package.json" with { type: "json" }
 import { AppConfig, ConfigInvalid } from "./config/AppConfig.ts"
@@ -16,6 +19,20 @@ import * as Connect from "./crm/Connect.ts"
 import { Credentials } from "./crm/Credentials.ts"
 import { Warehouse } from "./warehouse/Warehouse.ts"
 import { sandboxCommand } from "./sandbox/SandboxCommand.ts"
+import { Sandbox } from "./sandbox/Sandbox.ts"
+import { demoActivity, prepareDemo } from "./sandbox/Demo.ts"
+import { CrmClient } from "./crm/CrmClient.ts"
+import { OutboundWriterLive } from "./outbound/OutboundWriter.ts"
+import { HealthRoutes } from "./observability/Health.ts"
+import { StatusRoute } from "./observability/StatusReport.ts"
+import { backfill as runBackfill, BackfillResources, parseBackfillResource } from "./sync/Backfill.ts"
+import { SyncJobsLive } from "./sync/SyncJobs.ts"
+import { EventProcessor, EventProcessorLive, replay } from "./webhooks/EventProcessor.ts"
+import { InboxWriter } from "./webhooks/InboxWriter.ts"
+import * as Subscriptions from "./webhooks/Subscriptions.ts"
+import { TranscriptReader } from "./webhooks/TranscriptReader.ts"
+import { WebhookInbox } from "./webhooks/WebhookInbox.ts"
+import { WebhookIntake } from "./webhooks/WebhookIntake.ts"
 import { renderStatus, statusReport } from "./observability/StatusReport.ts"
 import { DatabaseInfo, DatabaseLive, MigratedDatabase } from "./warehouse/Database.ts"
 import { migrate as applyMigrations } from "./warehouse/Migrations.ts"
@@ -27,6 +44,7 @@ const LoggingLive = Layer.unwrap(
   Effect.map(AppConfig, (config) =>
     Layer.mergeAll(
       process.stderr.isTTY ? Logger.layer([Logger.consolePretty()]) : Logger.layer([Logger.consoleJson]),
+      Layer.succeed(Logger.LogToStderr, true),
       Layer.succeed(References.MinimumLogLevel, logLevels[config.log_level])
     )
   )
@@ -40,7 +58,52 @@ const ApiStack = Layer.mergeAll(RateBudget.layer, Credentials.layer, Warehouse.l
   Layer.provideMerge(MigratedDatabase)
 )
 
+/** A command used the wrong way: printed as one line, exit code 2. */
+class UsageError extends Schema.TaggedError<UsageError>()("UsageError", { message: Schema.String }) {}
+
 class NoConnection extends Schema.TaggedError<NoConnection>()("NoConnection", { message: Schema.String }) {}
+
+const noCrmConfigured = new NoConnection({
+  message:
+    "no CRM is configured: set CRM_BASE_URL and CRM_TOKEN, or CRM_SYNC_CONFIG (see README); `npm start` runs the daemon against the bundled sandbox"
+})
+
+/**
+ * The daemon: webhook intake with health, metrics and status on `webhook_port`; the event
+ * processor; the read-sync jobs; the outbound writer. At start it reports each connection's
+ * access (auth type, write access) from `GET /v1/me`.
+ */
+const Daemon = Layer.unwrap(
+  Effect.gen(function* () {
+    const config = yield* AppConfig
+    if (config.connections.length === 0) return yield* noCrmConfigured
+    const http = HttpRouter.serve(Layer.mergeAll(WebhookIntake.routes, HealthRoutes, StatusRoute)).pipe(
+      Layer.provide(WebhookIntake.layer),
+      Layer.provide(InboxWriter.layer),
+      Layer.provide(NodeHttpServer.layer(createServer, { port: config.webhook_port }))
+    )
+    const processing = EventProcessorLive.pipe(
+      Layer.provideMerge(EventProcessor.layer),
+      Layer.provide(TranscriptReader.layer)
+    )
+    const access = Layer.effectDiscard(
+      Effect.forEach(config.connections, (connection) =>
+        Connect.reportAccess().pipe(
+          Effect.provide(CrmClient.layerFor(connection.name)),
+          Effect.catch((error) => Effect.logWarning(`connection ${connection.name}: ${error.message}`))
+        )
+      )
+    )
+    const started = Layer.effectDiscard(
+      Effect.logInfo(
+        `crm-sync running: ${config.connections.length} connection(s), webhooks on port ${config.webhook_port}`
+      )
+    )
+    return Layer.mergeAll(access, http, processing, SyncJobsLive, OutboundWriterLive, started).pipe(
+      Layer.provide(WebhookInbox.layer)
+    )
+  })
+).pipe(Layer.provide(ApiStack))
 
 const migrate = Command.make("migrate", {}, () =>
   Effect.gen(function* () {
@@ -108,11 +171,131 @@ const connect = Command.make(
   )
 )
 
+const run = Command.make("run", {}, () => Layer.launch(Daemon)).pipe(
+  Command.withDescription(
+    "Run the daemon: webhook intake and event processor, business poller, crawlers and the outbound writer."
+  )
+)
+
+const demo = Command.make(
+  "demo",
+  {
+    records: Flag.Int("records").pipe(Flag.withDescription("Records the sandbox generates"), Flag.withDefault(2000))
+  },
+  ({ records }) =>
+    Effect.gen(function* () {
+      const base = yield* AppConfig
+      const sandbox = yield* Sandbox
+      const { config, tokens } = yield* prepareDemo(base)
+      yield* Effect.logInfo(`demo: CRM sandbox at ${sandbox.baseUrl}; the daemon syncs it into the warehouse`)
+      const program = Effect.gen(function* () {
+        yield* (yield* Credentials).store(config.connections[0]!, tokens)
+        yield* Subscriptions.subscribe(config.connections[0]!.name)
+        const sql = yield* SqlClient
+        const book = (yield* sandbox.admin.state).books[0]!.id
+        // One write of the firm's own, for the outbound writer to push.
+        yield* sql`INSERT INTO crm_sync.outbox (operation, payload)
+                   VALUES ('prospect.create', ${JSON.stringify({ book_id: book, first_name: "Ada", last_name: "Outbox" })}::jsonb)`
+        yield* Effect.forkScoped(demoActivity)
+        yield* Effect.logInfo(
+          `demo: try \`crm-sync status\` in another shell, or http://127.0.0.1:${config.webhook_port}/status`
+        )
+        return yield* Layer.launch(Daemon)
+      })
+      return yield* Effect.scoped(program).pipe(
+        Effect.provide(ApiStack),
+        Effect.provide(Layer.succeed(AppConfig, config))
+      )
+    }).pipe(
+      Effect.provide(Layer.unwrap(Effect.map(Effect.succeed(records), (n) => Sandbox.layer({ port: 0, records: n }))))
+    )
+).pipe(
+  Command.withDescription(
+    "Run the daemon against the bundled CRM sandbox, on embedded PostgreSQL: what `npm start` does."
+  )
+)
+
+const backfill = Command.make(
+  "backfill",
+  {
+    resource: Flag.String("resource").pipe(
+      Flag.withDescription(`Only this resource: ${BackfillResources.join(", ")}`),
+      Flag.optional
+    )
+  },
+  ({ resource }) =>
+    Effect.gen(function* () {
+      const config = yield* AppConfig
+      if (config.connections.length === 0) return yield* noCrmConfigured
+      if (Option.isSome(resource) && parseBackfillResource(resource.value) === undefined) {
+        return yield* new UsageError({
+          message: `--resource ${resource.value}: expected one of ${BackfillResources.join(", ")}`
+        })
+      }
+      yield* runBackfill({ resource: Option.getOrUndefined(resource) })
+    }).pipe(Effect.provide(ApiStack))
+).pipe(
+  Command.withDescription(
+    "Crawl every readable resource from scratch: resumable, safe beside the daemon, with progress and an ETA."
+  )
+)
+
+const subscribe = Command.make(
+  "subscribe",
+  {
+    connection: Argument.String("connection").pipe(
+      Argument.withDescription("OAuth connection (default: the first)"),
+      Argument.optional
+    )
+  },
+  ({ connection }) =>
+    Effect.gen(function* () {
+      const result = yield* Subscriptions.subscribe(Option.getOrUndefined(connection))
+      yield* Console.log(`${result.connection}: subscribed (subscription ${result.subscription.id})`)
+    }).pipe(Effect.provide(ApiStack))
+).pipe(Command.withDescription("Subscribe the connection's user to webhook events (OAuth connections only)."))
+
+const unsubscribe = Command.make(
+  "unsubscribe",
+  {
+    connection: Argument.String("connection").pipe(
+      Argument.withDescription("OAuth connection (default: the first)"),
+      Argument.optional
+    )
+  },
+  ({ connection }) =>
+    Effect.gen(function* () {
+      const result = yield* Subscriptions.unsubscribe(Option.getOrUndefined(connection))
+      yield* Console.log(`${result.connection}: unsubscribed`)
+    }).pipe(Effect.provide(ApiStack))
+).pipe(Command.withDescription("Remove the connection's webhook subscription."))
+
+const webhooksReplay = Command.make(
+  "replay",
+  {
+    dead: Flag.Boolean("dead").pipe(Flag.withDescription("Replay every dead delivery"), Flag.withDefault(false)),
+    hookId: Argument.String("hook-id").pipe(Argument.withDescription("One delivery to replay"), Argument.optional)
+  },
+  ({ dead, hookId }) =>
+    Effect.gen(function* () {
+      if (dead === Option.isSome(hookId)) {
+        return yield* new UsageError({ message: "webhooks replay takes either --dead or one hook id" })
+      }
+      const replayed = yield* replay(Option.isSome(hookId) ? { _tag: "One", hookId: hookId.value } : { _tag: "Dead" })
+      yield* Console.log(`${replayed} deliver${replayed === 1 ? "y" : "ies"} back to pending`)
+    }).pipe(Effect.provide(WebhookInbox.layer), Effect.provide(MigratedDatabase))
+).pipe(Command.withDescription("Process stored deliveries again: every dead one (--dead), or one by hook id."))
+
+const webhooks = Command.make("webhooks").pipe(
+  Command.withDescription("Webhook subscriptions and the inbox."),
+  Command.withSubcommands([subscribe, unsubscribe, webhooksReplay])
+)
+
 const root = Command.make("crm-sync").pipe(
   Command.withDescription(
     "Keeps a firm's PostgreSQL warehouse in step with its CRM, and writes the firm's changes back."
   ),
-  Command.withSubcommands([migrate, status, connect, outbox, sandboxCommand])
+  Command.withSubcommands([run, backfill, demo, migrate, status, connect, outbox, webhooks, sandboxCommand])
 )
 
 const oneLine = (text: string) => text.replace(/\s+/g, " ").trim()
@@ -123,6 +306,9 @@ const program = Command.run(root, { version: packageJson.version }).pipe(
     Effect.gen(function* () {
       if (error instanceof ConfigInvalid) {
         yield* Console.error(error.line)
+        process.exitCode = 2
+      } else if (error instanceof UsageError) {
+        yield* Console.error(`crm-sync: ${error.message}`)
         process.exitCode = 2
       } else if (CliError.isCliError(error)) {
         // Already rendered by the CLI (usage and the problem); only the exit code is ours.

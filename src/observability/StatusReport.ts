@@ -5,9 +5,10 @@
  * by name, URL and credential kind only.
  */
 import { Effect } from "effect"
+import { HttpRouter, HttpServerResponse } from "effect/http"
 import { SqlClient } from "effect/sql/SqlClient"
-import type { AppConfigShape } from "../config/AppConfig.ts"
-import type { DatabaseInfoShape } from "../warehouse/Database.ts"
+import { AppConfig, type AppConfigShape } from "../config/AppConfig.ts"
+import { DatabaseInfo, type DatabaseInfoShape } from "../warehouse/Database.ts"
 
 export interface ResourceStatus {
   readonly rows: number
@@ -174,3 +175,21 @@ export const renderStatus = (report: StatusReport): string => {
   }
   return lines.join("\n")
 }
+
+/** `GET /status` on the webhook port: the same report as `crm-sync status --json`. */
+export const StatusRoute = HttpRouter.use(
+  Effect.fnUntraced(function* (router) {
+    const config = yield* AppConfig
+    const database = yield* DatabaseInfo
+    const sql = yield* SqlClient
+    yield* router.add(
+      "GET",
+      "/status",
+      statusReport(config, database).pipe(
+        Effect.provideService(SqlClient, sql),
+        Effect.map((report) => HttpServerResponse.jsonUnsafe(report)),
+        Effect.catch(() => Effect.succeed(HttpServerResponse.text("status unavailable\n", { status: 503 })))
+      )
+    )
+  })
+)

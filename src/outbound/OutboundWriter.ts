@@ -191,7 +191,7 @@ export const OutboundWriterLive = Layer.effectDiscard(
       Effect.flatMap((notifications) =>
         Effect.forever(Effect.andThen(Queue.take(notifications), Queue.offer(wake, undefined)))
       ),
-      Effect.catchCause((cause) => Effect.logWarning("outbox: LISTEN lost; polling only", cause)),
+      Effect.catch((error) => Effect.logWarning("outbox: LISTEN lost; polling only", error)),
       Effect.forkScoped
     )
     yield* Effect.logInfo(`outbound writer ${writer.worker} started`)
