@@ -6,7 +6,7 @@
  * command, whose finalizers (database pool, embedded PostgreSQL, servers) then run in order.
  */
 import { NodeHttpClient, NodeHttpServer, NodeRuntime, NodeServices } from "@effect/platform-node"
-import { Console, Effect, Layer, Logger, Option, References, Schema } from "effect"
+import { Cause, Console, Effect, Exit, Layer, Logger, Option, References, Runtime, Schema } from "effect"
 import { HttpRouter } from "effect/http"
 import { SqlClient } from "effect/sql/SqlClient"
 import { createServer } from "node:http"
@@ -323,4 +323,11 @@ const program = Command.run(root, { version: packageJson.version }).pipe(
   Effect.provide(NodeServices.layer)
 )
 
-NodeRuntime.runMain(program, { disableErrorReporting: true })
+// A signal is how a daemon is told to stop: finishing cleanly after SIGTERM/SIGINT is success.
+NodeRuntime.runMain(program, {
+  disableErrorReporting: true,
+  teardown: (exit, onExit) =>
+    Exit.isFailure(exit) && !Cause.hasInterruptsOnly(exit.cause)
+      ? Runtime.defaultTeardown(exit, onExit)
+      : onExit(Number(process.exitCode ?? 0))
+})

@@ -1,0 +1,168 @@
+/**
+ * `crm-sync run` as an operator meets it: a real process against the sandbox and a real
+ * PostgreSQL. It syncs, accepts a signed delivery, pushes an outbox row, serves its health and
+ * status, and stops cleanly on SIGTERM; with no CRM configured it refuses to start.
+ */
+import { assert, describe, layer } from "@effect/vitest"
+import { Duration, Effect, Layer } from "effect"
+import { PgClient } from "@effect/sql-pg"
+import { spawn, spawnSync } from "node:child_process"
+import { createServer } from "node:net"
+import { Webhook } from "standardwebhooks"
+import { Redacted } from "effect"
+import { Reactivity } from "effect/reactivity"
+import { Sandbox } from "../src/sandbox/Sandbox.ts"
+import { eventFixture } from "./fixtures/Fixtures.ts"
+import { freshDatabase } from "./support/TestDatabase.ts"
+
+const main = new URL("../src/main.ts", import.meta.url).pathname
+const SECRET = `whsec_${Buffer.from("crm-sync daemon test secret").toString("base64")}`
+
+const freePort = Effect.promise(
+  () =>
+    new Promise<number>((resolve) => {
+      const server = createServer()
+      server.listen(0, "127.0.0.1", () => {
+        const address = server.address()
+        const port = typeof address === "object" && address !== null ? address.port : 0
+        server.close(() => resolve(port))
+      })
+    })
+)
+
+const get = (url: string) =>
+  Effect.promise(() =>
+    fetch(url).then(
+      async (response) => ({ status: response.status, text: await response.text() }),
+      () => ({ status: 0, text: "" })
+    )
+  )
+
+/** Polls until `check` holds (real time: the daemon is another process). */
+const eventually = <A>(what: string, probe: Effect.Effect<A>, check: (value: A) => boolean, seconds = 30) =>
+  Effect.gen(function* () {
+    for (let i = 0; i < seconds * 4; i++) {
+      const value = yield* probe
+      if (check(value)) return value
+      yield* Effect.sleep(Duration.millis(250))
+    }
+    return assert.fail(`timed out waiting for ${what}`)
+  })
+
+layer(
+  Sandbox.layer({ records: 300, seed: 3, limits: { personal: { token: 100_000, company: 100_000, ip: 100_000 } } }),
+  {
+    timeout: 120_000,
+    excludeTestServices: true
+  }
+)("crm-sync run", (it) => {
+  it.effect("syncs, accepts webhooks, writes the outbox, serves status, and stops cleanly on SIGTERM", () =>
+    Effect.gen(function* () {
+      const sandbox = yield* Sandbox
+      const url = yield* freshDatabase
+      const port = yield* freePort
+      const child = spawn(process.execPath, [main, "run"], {
+        env: {
+          PATH: process.env.PATH ?? "",
+          DATABASE_URL: url,
+          CRM_BASE_URL: sandbox.baseUrl,
+          CRM_TOKEN: sandbox.credentials.personalAccessToken,
+          CRM_WEBHOOK_SECRET: SECRET,
+          WEBHOOK_PORT: String(port),
+          LOG_LEVEL: "warn"
+        },
+        stdio: ["ignore", "pipe", "pipe"]
+      })
+      let output = ""
+      child.stdout.on("data", (chunk) => (output += chunk))
+      child.stderr.on("data", (chunk) => (output += chunk))
+      const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)))
+      yield* Effect.addFinalizer(() => Effect.sync(() => child.kill("SIGKILL")))
+      const base = `http://127.0.0.1:${port}`
+
+      yield* eventually("readiness", get(`${base}/readyz`), (response) => response.status === 200)
+      assert.strictEqual((yield* get(`${base}/healthz`)).status, 200)
+
+      // The poller and crawlers fill the warehouse on their first turn.
+      const status = yield* eventually(
+        "the first sync",
+        Effect.map(get(`${base}/status`), (response) => (response.status === 200 ? JSON.parse(response.text) : {})),
+        (report) =>
+          report.resources?.businesses?.rows > 0 &&
+          report.resources?.financial_accounts?.rows > 0 &&
+          report.resources?.annuity_contracts?.rows > 0
+      )
+      assert.notInclude(JSON.stringify(status), sandbox.credentials.personalAccessToken, "no secret in /status")
+
+      // A signed delivery is accepted and applied.
+      const body = JSON.stringify(eventFixture("task.created"))
+      const id = "msg_daemon_test_1"
+      const timestamp = new Date()
+      const signature = new Webhook(SECRET).sign(id, timestamp, body)
+      const delivery = yield* Effect.promise(() =>
+        fetch(`${base}/webhooks/default`, {
+          method: "POST",
+          headers: {
+            "content-type": "application/json",
+            "hook-id": id,
+            "hook-timestamp": String(Math.floor(timestamp.getTime() / 1000)),
+            "hook-signature": signature
+          },
+          body
+        })
+      )
+      assert.strictEqual(delivery.status, 200)
+
+      const sql = yield* PgClient.make({ url: Redacted.make(url), maxConnections: 1 }).pipe(
+        Effect.provide(Reactivity.layer)
+      )
+      const task = eventFixture("task.created") as { id: string }
+      yield* eventually(
+        "the task row",
+        sql<{ n: number }>`SELECT count(*)::int AS n FROM crm.tasks WHERE id = ${task.id}`.pipe(Effect.orDie),
+        (rows) => rows[0]!.n === 1
+      )
+
+      // The firm's write goes out.
+      const book = (yield* sandbox.admin.state).books[0]!.id
+      yield* sql`INSERT INTO crm_sync.outbox (operation, payload)
+                 VALUES ('prospect.create', ${JSON.stringify({ book_id: book, first_name: "Daemon", last_name: "Test" })}::jsonb)`.pipe(
+        Effect.orDie
+      )
+      yield* eventually(
+        "the outbox row to succeed",
+        sql<{ status: string }>`SELECT status FROM crm_sync.outbox`.pipe(Effect.orDie),
+        (rows) => rows[0]?.status === "succeeded"
+      )
+
+      // SIGTERM: out within 10 seconds, exit code 0.
+      const stoppedAt = Date.now()
+      child.kill("SIGTERM")
+      const code = yield* Effect.promise(() => exited)
+      assert.isBelow(Date.now() - stoppedAt, 10_000, "exits within 10 seconds")
+      assert.strictEqual(code, 0, output.slice(-2000))
+      const jobs = yield* sql<{
+        n: number
+      }>`SELECT count(*)::int AS n FROM crm_sync.job_runs WHERE status = 'running'`.pipe(Effect.orDie)
+      assert.strictEqual(jobs[0]!.n, 0, "no job left marked running")
+    }).pipe(Effect.scoped)
+  )
+})
+
+describe("crm-sync run without a CRM", () => {
+  layer(Layer.empty)((it) => {
+    it.effect("refuses to start, saying what to configure", () =>
+      Effect.gen(function* () {
+        const url = yield* freshDatabase
+        const result = spawnSync(process.execPath, [main, "run"], {
+          encoding: "utf8",
+          env: { PATH: process.env.PATH ?? "", DATABASE_URL: url },
+          timeout: 60_000
+        })
+        assert.strictEqual(result.status, 1)
+        assert.match(result.stderr.trim(), /^crm-sync: no CRM is configured: set CRM_BASE_URL and CRM_TOKEN/)
+        assert.strictEqual(result.stderr.trim().split("\n").length, 1)
+      }).pipe(Effect.scoped)
+    )
+  })
+})
