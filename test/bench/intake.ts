@@ -23,7 +23,8 @@ import { Reactivity } from "effect/reactivity"
 import { SqlClient } from "effect/sql/SqlClient"
 import { fork } from "node:child_process"
 import { randomBytes } from "node:crypto"
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { mkdtempSync, readFileSync, rmSync } from "node:fs"
+import { recordFigures } from "./figures.ts"
 import { createServer } from "node:http"
 import { connect, type Socket } from "node:net"
 import { availableParallelism, loadavg, tmpdir } from "node:os"
@@ -562,34 +563,13 @@ const report = (figures: Effect.Success<typeof main>) => {
   ].join("\n")
 }
 
-const docsPath = fileURLToPath(new URL("../../docs/webhooks.md", import.meta.url))
-
-/** Replaces the figures between the bench markers of docs/webhooks.md, formatted as the repository formats Markdown. */
-const writeDocs = (text: string) =>
-  Effect.gen(function* () {
-    if (process.argv.includes("--no-docs") || !existsSync(docsPath)) return
-    const doc = readFileSync(docsPath, "utf8")
-    const start = "<!-- bench:start -->"
-    const end = "<!-- bench:end -->"
-    const from = doc.indexOf(start)
-    const to = doc.indexOf(end)
-    if (from < 0 || to < from) return
-    const updated = `${doc.slice(0, from + start.length)}\n${text}\n${doc.slice(to)}`
-    const formatted = yield* Effect.promise(async () => {
-      const prettier = await import("prettier")
-      const options = await prettier.resolveConfig(docsPath)
-      return prettier.format(updated, { ...options, filepath: docsPath })
-    })
-    writeFileSync(docsPath, formatted)
-  })
-
 if (!process.argv.includes("--generator")) {
   Effect.runPromise(
     Effect.scoped(main).pipe(
       Effect.flatMap((figures) => {
         const text = report(figures)
         console.log(`\n${text}\n`)
-        return writeDocs(text)
+        return Effect.promise(() => recordFigures("intake", text, ["docs/webhooks.md"]))
       })
     )
   ).then(
