@@ -25,7 +25,8 @@ describe("crm-sync CLI", () => {
   it("--help lists the commands", () => {
     const { code, stdout } = cli(["--help"])
     assert.strictEqual(code, 0)
-    for (const command of ["migrate", "status", "connect", "outbox", "sandbox"]) assert.match(stdout, new RegExp(`^\\s+${command}\\s`, "m"))
+    for (const command of ["migrate", "status", "connect", "outbox", "sandbox"])
+      assert.match(stdout, new RegExp(`^\\s+${command}\\s`, "m"))
   })
 
   it("a bad config value prints one line naming the key and exits 2", () => {
