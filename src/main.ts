@@ -77,7 +77,10 @@ const Daemon = Layer.unwrap(
   Effect.gen(function* () {
     const config = yield* AppConfig
     if (config.connections.length === 0) return yield* noCrmConfigured
-    const http = HttpRouter.serve(Layer.mergeAll(WebhookIntake.routes, HealthRoutes, StatusRoute)).pipe(
+    // No log line per request: deliveries arrive by the thousand; metrics count them instead.
+    const http = HttpRouter.serve(Layer.mergeAll(WebhookIntake.routes, HealthRoutes, StatusRoute), {
+      disableLogger: true
+    }).pipe(
       Layer.provide(WebhookIntake.layer),
       Layer.provide(InboxWriter.layer),
       Layer.provide(NodeHttpServer.layer(createServer, { port: config.webhook_port }))
