@@ -21,7 +21,7 @@ import type { TokenSet } from "../crm/OAuth.ts"
 import type { AppConfigShape } from "../config/AppConfig.ts"
 import { decodeDocument } from "../config/AppConfig.ts"
 import { Sandbox } from "./Sandbox.ts"
-import type { EventType } from "./Webhooks.ts"
+import { EVENT_TYPES, type EventType } from "./Webhooks.ts"
 
 const CONNECTION = "sandbox"
 
@@ -34,20 +34,8 @@ const untyped: ReadonlyArray<{ readonly name: string; readonly event: EventType 
   { name: "prospect-created", event: "prospect.created" }
 ]
 
-const typed: ReadonlyArray<EventType> = [
-  "meeting.created",
-  "meeting.updated",
-  "meeting.deleted",
-  "meeting.transcript_ready",
-  "task.created",
-  "task.updated",
-  "task.completed",
-  "task.reopened",
-  "task.deleted",
-  "note.created",
-  "note.updated",
-  "note.deleted"
-]
+/** Every other event carries `event_type`: one endpoint takes them all. */
+const typed: ReadonlyArray<EventType> = EVENT_TYPES.filter((event) => !untyped.some((entry) => entry.event === event))
 
 export const prepareDemo = Effect.fn("Demo.prepare")(function* (base: AppConfigShape) {
   const sandbox = yield* Sandbox
