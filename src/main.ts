@@ -25,6 +25,7 @@ import { CrmClient } from "./crm/CrmClient.ts"
 import { OutboundWriterLive } from "./outbound/OutboundWriter.ts"
 import { HealthRoutes } from "./observability/Health.ts"
 import { StatusRoute } from "./observability/StatusReport.ts"
+import { StateMetricsLive } from "./observability/StateMetrics.ts"
 import { backfill as runBackfill, BackfillResources, parseBackfillResource } from "./sync/Backfill.ts"
 import { SyncJobsLive } from "./sync/SyncJobs.ts"
 import { EventProcessor, EventProcessorLive, replay } from "./webhooks/EventProcessor.ts"
@@ -102,7 +103,7 @@ const Daemon = Layer.unwrap(
         `crm-sync running: ${config.connections.length} connection(s), webhooks on port ${config.webhook_port}`
       )
     )
-    return Layer.mergeAll(access, http, processing, SyncJobsLive, OutboundWriterLive, started).pipe(
+    return Layer.mergeAll(access, http, processing, SyncJobsLive, OutboundWriterLive, StateMetricsLive, started).pipe(
       Layer.provide(WebhookInbox.layer)
     )
   })

@@ -82,6 +82,9 @@ layer(
 
       yield* eventually("readiness", get(`${base}/readyz`), (response) => response.status === 200)
       assert.strictEqual((yield* get(`${base}/healthz`)).status, 200)
+      yield* eventually("state gauges on /metrics", get(`${base}/metrics`), (response) =>
+        /crm_sync_outbox_rows\{[^}]*status="needs_review"/.test(response.text)
+      )
 
       // The poller and crawlers fill the warehouse on their first turn.
       const status = yield* eventually(

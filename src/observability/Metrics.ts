@@ -97,3 +97,42 @@ export const webhookLagSeconds = Metric.histogram("crm_sync_webhook_lag_seconds"
   description: "Seconds from a webhook's acceptance to its application in the warehouse",
   boundaries: latencyBoundaries
 })
+
+// ---------------------------------------------------------------------------------------------
+// State read from the database (src/observability/StateMetrics.ts, once a minute)
+// ---------------------------------------------------------------------------------------------
+
+/** Requests used in each rate-limit bucket's current window (spec §8). */
+export const budgetUsed = Metric.gauge("crm_sync_budget_used", {
+  description: "Requests used in the current window, by bucket"
+})
+
+/** Each bucket's limit per window. */
+export const budgetLimit = Metric.gauge("crm_sync_budget_limit", {
+  description: "Requests allowed per window, by bucket"
+})
+
+/** 1 while a 429 has the bucket blocked (until its Retry-After). */
+export const budgetBlocked = Metric.gauge("crm_sync_budget_blocked", {
+  description: "1 while the bucket is blocked after a 429, else 0"
+})
+
+/** Outbox rows by status: `needs_review` and `failed` rows wait for a person. */
+export const outboxRows = Metric.gauge("crm_sync_outbox_rows", {
+  description: "Outbox rows, by status"
+})
+
+/** Live rows of each warehouse table. */
+export const resourceRows = Metric.gauge("crm_sync_resource_rows", {
+  description: "Rows of each crm table that are not deleted"
+})
+
+/** When each warehouse table was last written, as Unix seconds (0: never). */
+export const resourceLastSync = Metric.gauge("crm_sync_resource_last_sync_timestamp_seconds", {
+  description: "Unix time of the latest write to each crm table"
+})
+
+/** 1 for a connection whose OAuth grant was refused (`invalid_grant`): someone must run `crm-sync connect`. */
+export const connectionNeedsReauthorization = Metric.gauge("crm_sync_connection_needs_reauthorization", {
+  description: "1 when the connection needs `crm-sync connect` again, else 0"
+})
