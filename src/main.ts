@@ -27,6 +27,7 @@ import { HealthRoutes } from "./observability/Health.ts"
 import { StatusRoute } from "./observability/StatusReport.ts"
 import { StateMetricsLive } from "./observability/StateMetrics.ts"
 import { backfill as runBackfill, BackfillResources, parseBackfillResource } from "./sync/Backfill.ts"
+import { reconcile as runReconcile, ReconcileSchedulerLive } from "./sync/Reconciler.ts"
 import { SyncJobsLive } from "./sync/SyncJobs.ts"
 import { EventProcessor, EventProcessorLive, replay } from "./webhooks/EventProcessor.ts"
 import { InboxWriter } from "./webhooks/InboxWriter.ts"
@@ -103,9 +104,16 @@ const Daemon = Layer.unwrap(
         `crm-sync running: ${config.connections.length} connection(s), webhooks on port ${config.webhook_port}`
       )
     )
-    return Layer.mergeAll(access, http, processing, SyncJobsLive, OutboundWriterLive, StateMetricsLive, started).pipe(
-      Layer.provide(WebhookInbox.layer)
-    )
+    return Layer.mergeAll(
+      access,
+      http,
+      processing,
+      SyncJobsLive,
+      ReconcileSchedulerLive,
+      OutboundWriterLive,
+      StateMetricsLive,
+      started
+    ).pipe(Layer.provide(WebhookInbox.layer))
   })
 ).pipe(Layer.provide(ApiStack))
 
@@ -244,6 +252,26 @@ const backfill = Command.make(
   )
 )
 
+const reconcile = Command.make(
+  "reconcile",
+  {
+    connection: Flag.String("connection").pipe(
+      Flag.withDescription("Only this connection (default: every configured one)"),
+      Flag.optional
+    )
+  },
+  ({ connection }) =>
+    Effect.gen(function* () {
+      const config = yield* AppConfig
+      if (config.connections.length === 0) return yield* noCrmConfigured
+      yield* runReconcile({ connection: Option.getOrUndefined(connection) })
+    }).pipe(Effect.provide(ApiStack))
+).pipe(
+  Command.withDescription(
+    "Compare the warehouse with the CRM within a share of the rate budget, repair drift and write a report."
+  )
+)
+
 const subscribe = Command.make(
   "subscribe",
   {
@@ -299,7 +327,7 @@ const root = Command.make("crm-sync").pipe(
   Command.withDescription(
     "Keeps a firm's PostgreSQL warehouse in step with its CRM, and writes the firm's changes back."
   ),
-  Command.withSubcommands([run, backfill, demo, migrate, status, connect, outbox, webhooks, sandboxCommand])
+  Command.withSubcommands([run, backfill, reconcile, demo, migrate, status, connect, outbox, webhooks, sandboxCommand])
 )
 
 const oneLine = (text: string) => text.replace(/\s+/g, " ").trim()

@@ -1,0 +1,790 @@
+/**
+ * Reconciler: `crm-sync reconcile` and the daemon's nightly reconciliation. For one connection it
+ * reads the listings crm-sync keeps by listing — businesses, annuity contracts, financial accounts
+ * (spec §4: `page` and `per_page` only, at `per_page=100`) — and compares every page with the
+ * warehouse: records the warehouse lacks (or holds as deleted) are `missing`, records whose stored
+ * `updated_at` is older than the API's are `stale`, and both are repaired on the spot by upserting
+ * what was read (`source = reconcile`, the warehouse's forward-only write) and undeleting. Each page
+ * is compared, repaired and its resume position saved in one transaction.
+ *
+ * Budget. A run may spend `budget.reconcile_share` of the strictest bucket's window (spec §8), less
+ * what earlier reconciliations of the connection spent in the current window (RateBudget.status
+ * says when it began). Every request is `bulk` and takes its permit from the shared budget as usual;
+ * the allowance only caps how many a run sends. When it runs out, the run stops and its report is
+ * `partial`; the position (`crm_sync.cursors`, resource `reconcile`) lets the next run go on from
+ * the page after the last one read.
+ *
+ * Deletion follows the crawler's rules (docs/sync.md): records the API no longer lists are counted
+ * (`gone`) only after a resource was read whole in this run, from page 1, with `total_count` the
+ * same on every page (a listing that moved under the read can hide records across page boundaries),
+ * and only among rows written before the read began; they are marked deleted only when the previous
+ * such pass of the resource missed them too (two clean passes in a row — each report keeps the ids
+ * it found gone), and nothing is deleted when more than `sync.deletion_threshold` of the live rows
+ * would go at once. A partial read never deletes anything.
+ *
+ * Every run writes one `crm_sync.reconciliation_reports` row, opened `running` and closed
+ * `complete`, `partial` or `failed` with a JSON report per resource, however the run ends.
+ *
+ * Why not the PageCrawler: a crawl stores every record and tracks every id it sees in
+ * `crawl_presence`, over as many windows as it takes; a reconciliation must fit a fixed request
+ * allowance, write only what differs, and report what it found, so it reads pages itself.
+ */
+import { Cause, Clock, Console, Context, Cron, DateTime, Duration, Effect, Layer, Option, Result, Schema } from "effect"
+import { SqlClient } from "effect/sql/SqlClient"
+import type { HttpClient } from "effect/http"
+import { AppConfig, ConfigInvalid } from "../config/AppConfig.ts"
+import { strictest } from "../budget/Buckets.ts"
+import { type BudgetError, RateBudget } from "../budget/RateBudget.ts"
+import { CrmClient, type CrmClientShape, type ListPage } from "../crm/CrmClient.ts"
+import type { Credentials } from "../crm/Credentials.ts"
+import { Tables } from "../warehouse/Tables.ts"
+import { type UpsertResult, Warehouse } from "../warehouse/Warehouse.ts"
+import { JobLease } from "./JobLease.ts"
+import { type JobOutcome, JobRuns } from "./JobRuns.ts"
+import { idOf, PER_PAGE } from "./PageCrawler.ts"
+import { Crm, Database, type JobFailure, SyncError, toSyncError, Usage } from "./SyncError.ts"
+import { SyncServicesLive } from "./SyncJobs.ts"
+
+/** The resources a reconciliation compares, in the order a pass reads them. */
+export const ReconcileResources = ["businesses", "annuity_contracts", "financial_accounts"] as const
+export type ReconcileResource = (typeof ReconcileResources)[number]
+
+/** The job name in `crm_sync.job_runs`. */
+export const RECONCILE_JOB = "reconcile"
+
+/** One reconciliation per connection at a time, on any process. */
+export const reconcileLease = (connection: string) => `reconcile:${connection}`
+
+/** The `crm_sync.cursors` row (per connection) holding where the next run resumes. */
+const POSITION = "reconcile"
+
+/** Gone ids kept in a report for the next pass to confirm; beyond this, nothing is deleted. */
+const MAX_TRACKED_GONE = 10_000
+
+/** Where a pass stands: the next page of a resource to read. */
+export interface Position {
+  readonly resource: ReconcileResource
+  readonly page: number
+}
+
+/** What one run found and did for one resource (snake_case: it is stored as JSON). */
+export interface ResourceReport {
+  /** `total_count` of the last page read. */
+  readonly api_total: number | null
+  /** Live rows in the warehouse when the resource's check began. */
+  readonly warehouse_live: number
+  /** Listed by the API, absent from the warehouse or marked deleted there. */
+  readonly missing: number
+  /** Stored with an older `updated_at` than the API's. */
+  readonly stale: number
+  /** Live in the warehouse, not listed by the API (counted only on a clean pass). */
+  readonly gone: number
+  /** Rows written with the API's version (inserted or updated). */
+  readonly repaired: number
+  /** Rows that had been marked deleted and are live again. */
+  readonly undeleted: number
+  /** Records the warehouse refused (stored in `crm_sync.undecodable_records`). */
+  readonly rejected: number
+  /** Gone rows marked deleted (missed by this clean pass and the previous one). */
+  readonly deleted: number
+  /** Gone rows that would have been deleted but for `sync.deletion_threshold`. */
+  readonly refused: number
+  readonly pages_read: number
+  readonly first_page: number
+  readonly last_page: number
+  readonly total_pages: number | null
+  /** Read to its last page in this run. */
+  readonly complete: boolean
+  /** Read whole from page 1 in this run with stable totals: absences were counted. */
+  readonly clean: boolean
+  readonly note: string | null
+  /** The gone ids of a clean pass, for the next one to confirm. */
+  readonly gone_ids?: ReadonlyArray<string> | null
+}
+
+export type ReportStatus = "complete" | "partial" | "failed"
+
+/** Why a run ended: the pass finished, the allowance ran out, the process stopped, or an error. */
+export type Stopped = "finished" | "allowance" | "interrupted" | "error"
+
+/** The report of one run: the JSON of `crm_sync.reconciliation_reports.report`. */
+export interface ReconcileReport {
+  readonly id: number
+  readonly connection: string
+  readonly status: ReportStatus
+  readonly stopped: Stopped
+  /** Requests this run may send, and sent. */
+  readonly allowance: number
+  readonly requests: number
+  readonly budget: {
+    readonly bucket: string
+    readonly limit: number
+    readonly window_seconds: number
+    readonly share: number
+    /** Requests of the bucket's current window already used when the run began (by anyone). */
+    readonly used_at_start: number
+    /** Requests earlier reconciliations of this connection spent in the current window. */
+    readonly spent_earlier: number
+  }
+  /** Where this run began, when it went on from an earlier partial one. */
+  readonly resumed_from: Position | null
+  /** Where the next run begins (null: from the start). */
+  readonly next: Position | null
+  readonly resources: Partial<Record<ReconcileResource, ResourceReport>>
+  /** Why a `failed` run failed (the CRM after the client's retries, or the database). */
+  readonly error: ReportError | null
+}
+
+export interface ReportError {
+  readonly kind: SyncError["reason"]["_tag"]
+  readonly message: string
+  readonly retryable: boolean
+}
+
+const PositionState = Schema.Struct({
+  resource: Schema.Literals(ReconcileResources),
+  page: Schema.Int.check(Schema.isGreaterThan(0))
+})
+const PositionRows = Schema.Array(Schema.Struct({ state: Schema.Unknown }))
+const GoneRows = Schema.Array(Schema.Struct({ ids: Schema.NullOr(Schema.Array(Schema.String)) }))
+const CountRows = Schema.Array(Schema.Struct({ n: Schema.Number }))
+const IdRows = Schema.Array(Schema.Struct({ id: Schema.String }))
+const StateRows = Schema.Array(Schema.Struct({ id: Schema.String, state: Schema.String }))
+const NowRows = Schema.Array(Schema.Struct({ at: Schema.Date }))
+
+const zeroCounts: UpsertResult = { inserted: 0, updated: 0, unchanged: 0, skipped: 0, rejected: 0 }
+
+/** The record's `updated_at` as received, if it is a timestamp PostgreSQL can be handed. */
+const updatedAtOf = (raw: unknown): string | null => {
+  if (typeof raw !== "object" || raw === null) return null
+  const value = (raw as { readonly updated_at?: unknown }).updated_at
+  return typeof value === "string" && !Number.isNaN(Date.parse(value)) ? value : null
+}
+
+const percent = (share: number) => `${Math.round(share * 1000) / 10}%`
+
+const listFor = (client: CrmClientShape, resource: ReconcileResource) => {
+  const options = { priority: "bulk" } as const
+  return (page: number): Effect.Effect<ListPage<unknown>, JobFailure> => {
+    const query = { page, per_page: PER_PAGE }
+    switch (resource) {
+      case "businesses":
+        return client.listBusinesses(query, options)
+      case "annuity_contracts":
+        return client.listAnnuityContracts(query, options)
+      case "financial_accounts":
+        return client.listFinancialAccounts(query, options)
+    }
+  }
+}
+
+export class Reconciler extends Context.Service<
+  Reconciler,
+  {
+    /**
+     * One reconciliation run of one connection, within its allowance; writes its report row and
+     * returns the report. A CRM or warehouse failure part way ends the run with a `failed` report
+     * (its `error` says why) rather than an error; only a failure to write the report fails.
+     * The caller holds `reconcileLease(connection)`.
+     */
+    readonly reconcile: (client: CrmClientShape) => Effect.Effect<ReconcileReport, SyncError>
+  }
+>()("crm-sync/sync/Reconciler") {
+  static readonly layer = Layer.effect(
+    Reconciler,
+    Effect.gen(function* () {
+      const sql = yield* SqlClient
+      const warehouse = yield* Warehouse
+      const budget = yield* RateBudget
+      const config = yield* AppConfig
+      const threshold = config.sync.deletion_threshold
+      const share = config.budget.reconcile_share
+
+      const tableOf = (resource: ReconcileResource) => sql.literal(`crm."${Tables[resource].table}"`)
+
+      const readPosition = (connection: string) =>
+        sql`SELECT state FROM crm_sync.cursors WHERE connection = ${connection} AND resource = ${POSITION}`.pipe(
+          Effect.flatMap(Schema.decodeUnknownEffect(PositionRows)),
+          // A position that does not decode (hand-edited, an older shape) means: start over.
+          Effect.map((rows) => Option.getOrUndefined(Schema.decodeUnknownOption(PositionState)(rows[0]?.state)))
+        )
+
+      const savePosition = (connection: string, position: Position | null) =>
+        sql`INSERT INTO crm_sync.cursors (connection, resource, state, updated_at)
+            VALUES (${connection}, ${POSITION}, ${JSON.stringify(position ?? {})}::jsonb, now())
+            ON CONFLICT (connection, resource) DO UPDATE SET state = excluded.state, updated_at = excluded.updated_at`
+
+      /** The run's allowance: the share of the strictest bucket's window, less what this window already gave. */
+      const allowanceFor = (client: CrmClientShape) =>
+        Effect.gen(function* () {
+          const bucket = strictest(client.buckets)
+          const [status] = yield* budget.status([bucket])
+          const windowStart = status?.windowStart
+          // Runs that ended inside the current window count whole: over-counting errs on the safe side.
+          const spent =
+            windowStart === undefined
+              ? 0
+              : ((yield* sql`
+                  SELECT COALESCE(sum(requests), 0)::int AS n FROM crm_sync.reconciliation_reports
+                  WHERE connection = ${client.connection.name}
+                    AND COALESCE(finished_at, now()) >= ${DateTime.toDate(windowStart)}`.pipe(
+                  Effect.flatMap(Schema.decodeUnknownEffect(CountRows))
+                ))[0]?.n ?? 0)
+          const perWindow = Math.floor(share * bucket.limit)
+          return {
+            allowance: Math.max(0, perWindow - spent),
+            budget: {
+              bucket: bucket.key,
+              limit: bucket.limit,
+              window_seconds: bucket.windowMs / 1000,
+              share,
+              used_at_start: status?.used ?? 0,
+              spent_earlier: spent
+            }
+          }
+        })
+
+      /** Compares one page with the warehouse and repairs it; saves `next` in the same transaction. */
+      const applyPage = (
+        connection: string,
+        resource: ReconcileResource,
+        page: ListPage<unknown>,
+        next: Position | null
+      ) =>
+        sql
+          .withTransaction(
+            Effect.gen(function* () {
+              const byId = new Map<string, unknown>()
+              for (const raw of page.data) {
+                const id = idOf(raw)
+                if (id !== undefined) byId.set(id, raw)
+              }
+              const ids = [...byId.keys()]
+              const states =
+                ids.length === 0
+                  ? []
+                  : yield* sql`
+                      SELECT v.id, CASE
+                        WHEN w.id IS NULL THEN 'absent'
+                        WHEN w.deleted_at IS NOT NULL THEN 'deleted'
+                        WHEN v.updated_at IS NOT NULL
+                          AND (w.updated_at IS NULL OR w.updated_at < v.updated_at::timestamptz) THEN 'stale'
+                        ELSE 'current' END AS state
+                      FROM unnest(${ids}::text[], ${ids.map((id) => updatedAtOf(byId.get(id)))}::text[])
+                        AS v(id, updated_at)
+                      LEFT JOIN ${tableOf(resource)} w ON w.id = v.id`.pipe(
+                      Effect.flatMap(Schema.decodeUnknownEffect(StateRows))
+                    )
+              const differing = states.filter((row) => row.state !== "current")
+              const deletedIds = states.filter((row) => row.state === "deleted").map((row) => row.id)
+              const counts =
+                differing.length === 0
+                  ? zeroCounts
+                  : yield* warehouse.upsert(
+                      resource,
+                      differing.map((row) => byId.get(row.id)),
+                      { source: "reconcile" }
+                    )
+              // Listed by the API, so it exists (spec §1: the v1 API has no DELETE; deletion here
+              // was by absence, which this listing contradicts).
+              const undeleted = yield* warehouse.undelete(resource, deletedIds, { source: "reconcile" })
+              yield* savePosition(connection, next)
+              return {
+                ids,
+                missing: states.filter((row) => row.state === "absent").length + deletedIds.length,
+                stale: states.filter((row) => row.state === "stale").length,
+                repaired: counts.inserted + counts.updated,
+                rejected: counts.rejected,
+                undeleted
+              }
+            })
+          )
+          .pipe(Effect.uninterruptible)
+
+      /**
+       * Absence after a clean pass: live rows written before the read began that it did not see.
+       * Those the previous clean pass missed too are deleted, within the threshold.
+       */
+      const settleAbsences = (
+        connection: string,
+        runId: number,
+        resource: ReconcileResource,
+        seen: ReadonlySet<string>,
+        readStartedAt: Date,
+        live: number
+      ) =>
+        sql.withTransaction(
+          Effect.gen(function* () {
+            const rows = yield* sql`
+              SELECT id FROM ${tableOf(resource)}
+              WHERE deleted_at IS NULL AND synced_at < ${readStartedAt}`.pipe(
+              Effect.flatMap(Schema.decodeUnknownEffect(IdRows))
+            )
+            const gone = rows.map((row) => row.id).filter((id) => !seen.has(id))
+            const previous = yield* sql`
+              SELECT report -> 'resources' -> ${resource}::text -> 'gone_ids' AS ids
+              FROM crm_sync.reconciliation_reports
+              WHERE connection = ${connection} AND id < ${runId}
+                AND report -> 'resources' -> ${resource}::text ->> 'clean' = 'true'
+              ORDER BY id DESC LIMIT 1`.pipe(Effect.flatMap(Schema.decodeUnknownEffect(GoneRows)))
+            const missedBefore = new Set(previous[0]?.ids ?? [])
+            const confirmed = gone.filter((id) => missedBefore.has(id))
+            const notes: Array<string> = []
+            let deleted = 0
+            let refused = 0
+            if (confirmed.length > 0 && live > 0 && confirmed.length / live > threshold) {
+              refused = confirmed.length
+              notes.push(
+                `deletion refused: ${confirmed.length} of ${live} live records (${percent(confirmed.length / live)}) ` +
+                  `missing from two clean passes, more than the threshold of ${percent(threshold)}; nothing deleted`
+              )
+            } else if (confirmed.length > 0) {
+              const now = yield* DateTime.now
+              deleted = (yield* warehouse.markDeleted(resource, confirmed, now, { source: "reconcile" })).deleted
+              // Deleted records are no longer tracked by the crawls either: a later sighting in a
+              // crawl then starts afresh and undeletes (CrawlRuns).
+              yield* sql`DELETE FROM crm_sync.crawl_presence
+                WHERE connection = ${connection} AND resource = ${resource} AND id = ANY(${confirmed}::text[])`
+            }
+            const firstMisses = gone.length - confirmed.length
+            if (firstMisses > 0) {
+              notes.push(
+                `${firstMisses} record(s) not listed for the first time; deleted only if the next clean pass misses them too`
+              )
+            }
+            if (gone.length > MAX_TRACKED_GONE) {
+              notes.push(`more than ${MAX_TRACKED_GONE} records gone: not tracked for deletion`)
+            }
+            return {
+              gone: gone.length,
+              gone_ids: gone.length > MAX_TRACKED_GONE ? null : gone,
+              deleted,
+              refused,
+              note: notes.length === 0 ? null : notes.join("; ")
+            }
+          })
+        )
+
+      const reconcile = Effect.fn("Reconciler.reconcile")(function* (client: CrmClientShape) {
+        const connection = client.connection.name
+        const toError = toSyncError(RECONCILE_JOB, { connection })
+        const fail = (error: JobFailure | BudgetError): SyncError =>
+          error._tag === "BudgetError"
+            ? new SyncError({ job: RECONCILE_JOB, connection, reason: new Database({ message: error.message }) })
+            : toError(error)
+        yield* Effect.annotateCurrentSpan({ connection })
+
+        // We hold the lease: a report still `running` belongs to a process that died mid-run.
+        yield* sql`
+          UPDATE crm_sync.reconciliation_reports
+          SET status = 'failed', finished_at = now(),
+              report = report || '{"error": "the process ended before the run did"}'::jsonb
+          WHERE connection = ${connection} AND status = 'running'`.pipe(Effect.mapError(fail))
+        const { allowance, budget: budgetInfo } = yield* allowanceFor(client).pipe(Effect.mapError(fail))
+        const resumedFrom = (yield* readPosition(connection).pipe(Effect.mapError(fail))) ?? null
+        const [opened] = yield* sql<{ id: number }>`
+          INSERT INTO crm_sync.reconciliation_reports (connection, report)
+          VALUES (${connection}, ${JSON.stringify({ allowance, budget: budgetInfo, resumed_from: resumedFrom })}::jsonb)
+          RETURNING id::int AS id`.pipe(Effect.mapError(fail))
+        const runId = opened!.id
+
+        let requests = 0
+        let next: Position | null = resumedFrom
+        const resources: Partial<Record<ReconcileResource, ResourceReport>> = {}
+
+        const report = (status: ReportStatus, stopped: Stopped, error: ReportError | null): ReconcileReport => ({
+          id: runId,
+          connection,
+          status,
+          stopped,
+          allowance,
+          requests,
+          budget: budgetInfo,
+          resumed_from: resumedFrom,
+          next,
+          resources: { ...resources },
+          error
+        })
+
+        const close = (final: ReconcileReport) =>
+          sql`
+            UPDATE crm_sync.reconciliation_reports
+            SET status = ${final.status}, finished_at = now(), requests = ${final.requests},
+                report = ${JSON.stringify(final)}::jsonb
+            WHERE id = ${runId}`.pipe(Effect.mapError(fail))
+
+        /** Reads one resource from `firstPage` until its end or the allowance's; true when it ended. */
+        const checkResource = (resource: ReconcileResource, firstPage: number, after: ReconcileResource | undefined) =>
+          Effect.gen(function* () {
+            const list = listFor(client, resource)
+            const [started] = yield* sql`SELECT clock_timestamp() AS at`.pipe(
+              Effect.flatMap(Schema.decodeUnknownEffect(NowRows))
+            )
+            const live = yield* warehouse.count(resource)
+            const seen = new Set<string>()
+            let current: ResourceReport = {
+              api_total: null,
+              warehouse_live: live,
+              missing: 0,
+              stale: 0,
+              gone: 0,
+              repaired: 0,
+              undeleted: 0,
+              rejected: 0,
+              deleted: 0,
+              refused: 0,
+              pages_read: 0,
+              first_page: firstPage,
+              last_page: firstPage - 1,
+              total_pages: null,
+              complete: false,
+              clean: false,
+              note: null
+            }
+            let previousTotal: number | undefined
+            let drifted = false
+            for (let pageNumber = firstPage; ; pageNumber++) {
+              if (requests >= allowance) {
+                resources[resource] = current
+                return false
+              }
+              // Counted before it is sent: a request that fails has still been spent.
+              requests++
+              const page = yield* list(pageNumber)
+              const total = page.pagination.total_count
+              if (previousTotal !== undefined && total !== previousTotal) drifted = true
+              previousTotal = total
+              const last = page.data.length === 0 || pageNumber >= page.pagination.total_pages
+              next = !last
+                ? { resource, page: pageNumber + 1 }
+                : after === undefined
+                  ? null
+                  : { resource: after, page: 1 }
+              const applied = yield* applyPage(connection, resource, page, next)
+              for (const id of applied.ids) seen.add(id)
+              current = {
+                ...current,
+                api_total: total,
+                missing: current.missing + applied.missing,
+                stale: current.stale + applied.stale,
+                repaired: current.repaired + applied.repaired,
+                undeleted: current.undeleted + applied.undeleted,
+                rejected: current.rejected + applied.rejected,
+                pages_read: current.pages_read + 1,
+                last_page: pageNumber,
+                total_pages: page.pagination.total_pages
+              }
+              resources[resource] = current
+              if (last) break
+            }
+            current = { ...current, complete: true }
+            if (firstPage > 1) {
+              current = { ...current, note: `read from page ${firstPage} (resumed): absences not counted` }
+            } else if (drifted) {
+              current = { ...current, note: "the listing changed while it was read: absences not counted" }
+            } else {
+              const settled = yield* settleAbsences(connection, runId, resource, seen, started!.at, live)
+              current = { ...current, clean: true, ...settled }
+            }
+            resources[resource] = current
+            return true
+          })
+
+        const pass = Effect.gen(function* () {
+          const start = resumedFrom === null ? 0 : ReconcileResources.indexOf(resumedFrom.resource)
+          for (let index = start; index < ReconcileResources.length; index++) {
+            const resource = ReconcileResources[index]!
+            const firstPage = index === start && resumedFrom !== null ? resumedFrom.page : 1
+            const ended = yield* checkResource(resource, firstPage, ReconcileResources[index + 1])
+            if (!ended) return "allowance" as const
+          }
+          return "finished" as const
+        })
+
+        const outcome = yield* pass.pipe(
+          Effect.map((stopped) => ({ stopped, error: null as ReportError | null })),
+          Effect.catch((error) => {
+            const { reason } = fail(error)
+            return Effect.succeed({
+              stopped: "error" as Stopped,
+              error: { kind: reason._tag, message: reason.message, retryable: reason.retryable }
+            })
+          }),
+          Effect.onInterrupt(() => Effect.ignore(close(report("partial", "interrupted", null))))
+        )
+        const final = report(
+          outcome.stopped === "finished" ? "complete" : outcome.stopped === "error" ? "failed" : "partial",
+          outcome.stopped,
+          outcome.error
+        )
+        yield* close(final)
+        yield* Effect.logInfo("reconcile: run ended").pipe(
+          Effect.annotateLogs({
+            connection,
+            status: final.status,
+            requests,
+            allowance,
+            error: final.error?.message ?? ""
+          })
+        )
+        return final
+      })
+
+      return Reconciler.of({ reconcile })
+    })
+  )
+}
+
+// ---------------------------------------------------------------------------------------------
+// The job: one run under the lease, recorded in job_runs
+// ---------------------------------------------------------------------------------------------
+
+/** A failed report's error, as the job's failure. */
+const failureOf = (report: ReconcileReport) => {
+  const error = report.error ?? { kind: "Crm", message: "failed", retryable: true }
+  return new SyncError({
+    job: RECONCILE_JOB,
+    connection: report.connection,
+    reason:
+      error.kind === "Crm"
+        ? new Crm({ message: error.message, retryable: error.retryable })
+        : error.kind === "Usage"
+          ? new Usage({ message: error.message })
+          : new Database({ message: error.message })
+  })
+}
+
+/** One recorded run for one connection; a `failed` report fails the job (after it is written). */
+const runJob = (client: CrmClientShape, onReport: (report: ReconcileReport) => Effect.Effect<void>) =>
+  Effect.gen(function* () {
+    const reconciler = yield* Reconciler
+    const jobRuns = yield* JobRuns
+    const connection = client.connection.name
+    return yield* jobRuns.record(
+      RECONCILE_JOB,
+      connection,
+      reconciler.reconcile(client).pipe(
+        Effect.tap(onReport),
+        Effect.flatMap((report) =>
+          report.status === "failed"
+            ? Effect.fail(failureOf(report))
+            : Effect.succeed({
+                requests: report.requests,
+                detail: {
+                  report_id: report.id,
+                  status: report.status,
+                  allowance: report.allowance,
+                  stopped: report.stopped,
+                  next: report.next
+                }
+              } satisfies JobOutcome)
+        )
+      )
+    )
+  })
+
+// ---------------------------------------------------------------------------------------------
+// `crm-sync reconcile [--connection NAME]`
+// ---------------------------------------------------------------------------------------------
+
+const number = new Intl.NumberFormat("en-US")
+
+const cell = (value: number | null | undefined) => (value === null || value === undefined ? "-" : number.format(value))
+
+const resourceStatus = (report: ReconcileReport, resource: ReconcileResource): string => {
+  const checked = report.resources[resource]
+  if (checked === undefined) {
+    const start = report.resumed_from === null ? 0 : ReconcileResources.indexOf(report.resumed_from.resource)
+    return ReconcileResources.indexOf(resource) < start ? "covered earlier" : "not reached"
+  }
+  if (!checked.complete) return checked.pages_read === 0 ? "not reached" : `partial (to page ${checked.last_page})`
+  return checked.first_page > 1 ? `complete (from page ${checked.first_page})` : "complete"
+}
+
+/** The summary table `crm-sync reconcile` prints. */
+export const renderReports = (reports: ReadonlyArray<ReconcileReport>): string => {
+  const header = [
+    "connection",
+    "resource",
+    "status",
+    "pages",
+    "api",
+    "warehouse",
+    "missing",
+    "stale",
+    "gone",
+    "repaired",
+    "deleted"
+  ]
+  const body = reports.flatMap((report) =>
+    ReconcileResources.map((resource) => {
+      const checked = report.resources[resource]
+      return [
+        report.connection,
+        resource,
+        resourceStatus(report, resource),
+        cell(checked?.pages_read),
+        cell(checked?.api_total),
+        cell(checked?.warehouse_live),
+        cell(checked?.missing),
+        cell(checked?.stale),
+        checked?.clean === true ? cell(checked.gone) : "-",
+        cell(checked === undefined ? undefined : checked.repaired + checked.undeleted),
+        cell(checked?.deleted)
+      ]
+    })
+  )
+  const widths = header.map((title, column) => Math.max(title.length, ...body.map((cells) => cells[column]!.length)))
+  const left = new Set([0, 1, 2])
+  const line = (cells: ReadonlyArray<string>) =>
+    cells
+      .map((cell, column) => (left.has(column) ? cell.padEnd(widths[column]!) : cell.padStart(widths[column]!)))
+      .join("  ")
+      .trimEnd()
+  const runs = reports.map((report) => {
+    const where =
+      report.next === null ? "" : `; the next run resumes at ${report.next.resource} page ${report.next.page}`
+    const error = report.error === null ? "" : `: ${report.error.message}`
+    return (
+      `${report.connection}: ${report.status}${error} — ${number.format(report.requests)} of ` +
+      `${number.format(report.allowance)} allowed requests (${percent(report.budget.share)} of ` +
+      `${number.format(report.budget.limit)} per ${Duration.format(Duration.seconds(report.budget.window_seconds))} ` +
+      `on ${report.budget.bucket})${where}; report ${report.id}`
+    )
+  })
+  const notes = reports.flatMap((report) =>
+    ReconcileResources.flatMap((resource) => {
+      const note = report.resources[resource]?.note
+      return note === null || note === undefined ? [] : [`  ${report.connection} ${resource}: ${note}`]
+    })
+  )
+  return [line(header), ...body.map(line), "", ...runs, ...(notes.length === 0 ? [] : ["", "notes:", ...notes])].join(
+    "\n"
+  )
+}
+
+const runOnce = Effect.fn("reconcile")(function* (options?: { readonly connection?: string | undefined }) {
+  const config = yield* AppConfig
+  const leases = yield* JobLease
+  const targets =
+    options?.connection === undefined
+      ? config.connections
+      : config.connections.filter((connection) => connection.name === options.connection)
+  if (targets.length === 0) {
+    return yield* new SyncError({
+      job: RECONCILE_JOB,
+      reason: new Usage({
+        message:
+          options?.connection === undefined
+            ? "no CRM connection is configured (CRM_BASE_URL and CRM_TOKEN, or connections in CRM_SYNC_CONFIG)"
+            : `no CRM connection named ${options.connection} is configured`
+      })
+    })
+  }
+  const reports: Array<ReconcileReport> = []
+  const errors: Array<SyncError> = []
+  for (const connection of targets) {
+    const client = yield* CrmClient.make(connection.name).pipe(Effect.orDie)
+    const outcome = yield* leases
+      .run(
+        reconcileLease(connection.name),
+        runJob(client, (report) => Effect.sync(() => reports.push(report))),
+        {
+          onWait: Effect.logWarning(
+            `reconcile ${connection.name}: another process is reconciling this connection; waiting for it to finish`
+          )
+        }
+      )
+      .pipe(Effect.result)
+    if (Result.isFailure(outcome))
+      errors.push(toSyncError(RECONCILE_JOB, { connection: connection.name })(outcome.failure))
+  }
+  if (reports.length > 0) yield* Console.log(renderReports(reports))
+  if (errors.length > 0) return yield* errors[0]!
+  return reports
+})
+
+/**
+ * `crm-sync reconcile`: one run for every connection (or the one named), each under its lease and
+ * recorded in job_runs; prints the summary table; fails (after printing it) if a run failed.
+ */
+export const reconcile = (options?: {
+  readonly connection?: string | undefined
+}): Effect.Effect<ReadonlyArray<ReconcileReport>, SyncError, ReconcileRequirements> =>
+  runOnce(options).pipe(
+    Effect.mapError(toSyncError(RECONCILE_JOB, {})),
+    Effect.provide(Reconciler.layer),
+    Effect.provide(SyncServicesLive)
+  )
+
+/** What `reconcile` needs from the program: config, database, warehouse, and the CRM client's services. */
+export type ReconcileRequirements = AppConfig | SqlClient | Warehouse | RateBudget | Credentials | HttpClient.HttpClient
+
+// ---------------------------------------------------------------------------------------------
+// The daemon's schedule
+// ---------------------------------------------------------------------------------------------
+
+/** `schedules.reconcile`, a cron expression read in UTC (5 fields, or 6 with seconds). */
+export const parseSchedule = (expression: string) =>
+  Result.match(Cron.parse(expression, "UTC"), {
+    onSuccess: Effect.succeed,
+    onFailure: (error) =>
+      Effect.fail(new ConfigInvalid({ key: "schedules.reconcile", message: `not a cron expression: ${error.message}` }))
+  })
+
+/** Runs of the job that count as this occurrence's: another replica may have run it already. */
+const ranSince = (connection: string, since: Date) =>
+  Effect.gen(function* () {
+    const sql = yield* SqlClient
+    const rows = yield* sql`
+      SELECT count(*)::int AS n FROM crm_sync.job_runs
+      WHERE job = ${RECONCILE_JOB} AND connection = ${connection} AND started_at >= ${since}`.pipe(
+      Effect.flatMap(Schema.decodeUnknownEffect(CountRows))
+    )
+    return (rows[0]?.n ?? 0) > 0
+  })
+
+/** The loop of one connection: sleep until the next occurrence, run under the lease; never fails. */
+const scheduleLoop = (client: CrmClientShape, cron: Cron.Cron) =>
+  Effect.gen(function* () {
+    const leases = yield* JobLease
+    const connection = client.connection.name
+    while (true) {
+      const now = yield* Clock.currentTimeMillis
+      const at = Cron.next(cron, now)
+      yield* Effect.sleep(Duration.millis(Math.max(0, at.getTime() - now)))
+      // Replicas wake at the same occurrence: the first takes the lease, the others find its run.
+      // Half a period of slack covers clocks a little apart without swallowing the next occurrence.
+      const period = Cron.next(cron, at).getTime() - at.getTime()
+      const since = new Date(at.getTime() - Math.min(Duration.toMillis(Duration.minutes(5)), period / 2))
+      yield* leases
+        .tryRun(
+          reconcileLease(connection),
+          Effect.flatMap(ranSince(connection, since), (ran) =>
+            ran ? Effect.void : Effect.asVoid(runJob(client, () => Effect.void))
+          )
+        )
+        .pipe(
+          Effect.catchCause((cause) =>
+            Cause.hasInterruptsOnly(cause)
+              ? Effect.failCause(cause)
+              : Effect.logWarning("reconcile failed; it runs again at the next occurrence", cause)
+          )
+        )
+    }
+  }).pipe(Effect.annotateLogs({ job: RECONCILE_JOB, connection: client.connection.name }))
+
+/** The reconciliation of every connection on `schedules.reconcile` (default `0 3 * * *`, 03:00 UTC). */
+export const ReconcileSchedulerLive = Layer.effectDiscard(
+  Effect.gen(function* () {
+    const config = yield* AppConfig
+    const cron = yield* parseSchedule(config.schedules.reconcile)
+    for (const connection of config.connections) {
+      const client = yield* CrmClient.make(connection.name).pipe(Effect.orDie)
+      yield* Effect.logInfo("reconcile scheduled").pipe(
+        Effect.annotateLogs({ connection: connection.name, cron: config.schedules.reconcile })
+      )
+      yield* Effect.forkScoped(scheduleLoop(client, cron))
+    }
+  })
+).pipe(Layer.provide(Reconciler.layer), Layer.provide(SyncServicesLive))
