@@ -25,7 +25,18 @@ describe("crm-sync CLI", () => {
   it("--help lists the commands", () => {
     const { code, stdout } = cli(["--help"])
     assert.strictEqual(code, 0)
-    for (const command of ["migrate", "status", "connect", "outbox", "sandbox"])
+    for (const command of [
+      "run",
+      "backfill",
+      "reconcile",
+      "demo",
+      "migrate",
+      "status",
+      "connect",
+      "outbox",
+      "webhooks",
+      "sandbox"
+    ])
       assert.match(stdout, new RegExp(`^\\s+${command}\\s`, "m"))
   })
 
