@@ -32,11 +32,27 @@ const literal = (value: string) => `'${value.replaceAll("'", "''")}'`
 export type WriteOutcome = "inserted" | "updated" | "unchanged" | "skipped"
 
 /**
- * `$1` a jsonb array of `{id, updated_at, raw, ...typed columns}`, `$2` the source. Returns one row
- * per input row: `{id, outcome, changed_lists}`. The final SELECT's join `p` reads the rows as they
- * were before the INSERT (every part of one statement sees the same snapshot), which tells "older,
- * skipped" from "identical, unchanged", and which of the child lists (`raw -> list`) differ from
- * the stored ones: only those child tables need rewriting.
+ * The rows of a `record` batch: `$1` a jsonb array of `{id, updated_at, raw, typed?}`. The typed
+ * columns are read from `raw` itself, with `typed` laid over it: `typed` holds only the columns
+ * whose decoded value is not the received one (a list given as null, a computed column), so the
+ * record is sent and parsed once instead of twice. `jsonb_to_record` converts each value exactly
+ * as `jsonb_to_recordset` would have from a row of its own.
+ */
+const recordInput = (typed: ColumnList): string => {
+  const base = `jsonb_to_recordset($1::jsonb) AS r("id" text, "updated_at" timestamptz, "raw" jsonb, "typed" jsonb)`
+  if (typed.length === 0) return `SELECT r."id", r."updated_at", r."raw" FROM ${base}`
+  const merged = `CASE WHEN r."typed" IS NULL THEN r."raw" ELSE r."raw" || r."typed" END`
+  const record = `jsonb_to_record(${merged}) AS x(${typed.map(([name, type]) => `${quote(name)} ${type}`).join(", ")})`
+  return `SELECT r."id", r."updated_at", r."raw", ${typed.map(([name]) => `x.${quote(name)}`).join(", ")}
+  FROM ${base}, ${record}`
+}
+
+/**
+ * `$1` a jsonb array of `{id, updated_at, raw, typed?}` (see `recordInput`), `$2` the source.
+ * Returns one row per input row: `{id, outcome, changed_lists}`. The final SELECT's join `p` reads
+ * the rows as they were before the INSERT (every part of one statement sees the same snapshot),
+ * which tells "older, skipped" from "identical, unchanged", and which of the child lists
+ * (`raw -> list`) differ from the stored ones: only those child tables need rewriting.
  */
 export const upsertRecords = (table: TableDescriptor<unknown>): string => {
   const typed: ColumnList = Object.entries(table.columns)
@@ -55,7 +71,7 @@ export const upsertRecords = (table: TableDescriptor<unknown>): string => {
               `CASE WHEN p."raw" IS NULL OR p."raw" -> ${literal(list)} IS DISTINCT FROM i."raw" -> ${literal(list)} THEN ${literal(list)} END`
           )
           .join(", ")}], NULL)`
-  return `WITH input AS (SELECT * FROM ${recordset(columns)}),
+  return `WITH input AS (${recordInput(typed)}),
 written AS (
   INSERT INTO ${t} AS t (${names(columns)}, "source", "synced_at")
   SELECT ${names(columns)}, $2::text, now() FROM input

@@ -250,6 +250,50 @@ const mergeSightings = (
   return out
 }
 
+const isPlainObject = (u: unknown): u is Readonly<Record<string, unknown>> => {
+  if (!isObject(u)) return false
+  const proto = Object.getPrototypeOf(u)
+  return proto === Object.prototype || proto === null
+}
+
+/**
+ * Whether two values are the same JSON: primitives, arrays and plain objects compared by content.
+ * Conservative: anything else (a Date, an `undefined` inside) counts as different.
+ */
+const sameJson = (a: unknown, b: unknown): boolean => {
+  if (a === b) return a !== undefined
+  if (Array.isArray(a)) {
+    if (!Array.isArray(b) || a.length !== b.length) return false
+    for (let i = 0; i < a.length; i++) if (!sameJson(a[i], b[i])) return false
+    return true
+  }
+  if (!isPlainObject(a) || !isPlainObject(b)) return false
+  const keys = Object.keys(a)
+  if (keys.length !== Object.keys(b).length) return false
+  for (const key of keys) if (!Object.hasOwn(b, key) || !sameJson(a[key], b[key])) return false
+  return true
+}
+
+/**
+ * The parent row of a record for `BatchSql.upsertRecords`: its typed columns are read from `raw`
+ * in SQL, so only those whose decoded value is not the received one go in `typed` (a list given as
+ * null decodes to `[]`, a computed column is not in `raw`). NULL and absent are the same column.
+ */
+const recordRow = (table: AnyTable, item: Decoded): Row => {
+  const row = table.row(item.record)
+  let typed: Record<string, unknown> | undefined
+  for (const name in row) {
+    const value = row[name]
+    const received = Object.hasOwn(item.raw, name) ? item.raw[name] : undefined
+    if ((value === null || value === undefined) && (received === null || received === undefined)) continue
+    if (sameJson(value, received)) continue
+    typed ??= {}
+    typed[name] = value === undefined ? null : value
+  }
+  const base = { id: item.id, updated_at: item.updatedAt, raw: item.raw }
+  return typed === undefined ? base : { ...base, typed }
+}
+
 const referenceRow = (table: AnyTable, record: Row & { readonly id: string }): Row => ({
   ...table.row(record),
   id: record.id,
@@ -428,12 +472,7 @@ export class Warehouse extends Context.Service<
           Effect.gen(function* () {
             const rows =
               table.kind === "record"
-                ? items.map((item) => ({
-                    ...table.row(item.record),
-                    id: item.id,
-                    updated_at: item.updatedAt,
-                    raw: item.raw
-                  }))
+                ? items.map((item) => recordRow(table, item))
                 : items.map((item) => ({ ...table.row(item.record), id: item.id, raw: item.raw }))
             if (table.kind === "record" && table.children.length > 0) {
               yield* sql.unsafe(BatchSql.lockRecords(table), [items.map((item) => item.id)])
