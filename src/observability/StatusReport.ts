@@ -46,6 +46,9 @@ export interface StatusReport {
   }>
 }
 
+const counts = (rows: ReadonlyArray<{ status: string; n: number }>) =>
+  Object.fromEntries(rows.map((row) => [row.status, row.n]))
+
 const iso = (value: unknown): string | null =>
   value === null || value === undefined ? null : value instanceof Date ? value.toISOString() : String(value)
 
@@ -89,8 +92,6 @@ export const statusReport = Effect.fn("StatusReport.make")(function* (
     SELECT bucket, scope, used, request_limit,
            window_start + window_ms * interval '1 millisecond' AS resets_at, blocked_until
     FROM crm_sync.rate_windows ORDER BY bucket`
-  const counts = (rows: ReadonlyArray<{ status: string; n: number }>) =>
-    Object.fromEntries(rows.map((row) => [row.status, row.n]))
   const inbox = yield* sql<{ status: string; n: number }>`
     SELECT status, count(*)::int AS n FROM crm_sync.webhook_inbox GROUP BY status ORDER BY status`
   const outbox = yield* sql<{ status: string; n: number }>`
@@ -130,6 +131,13 @@ export const statusReport = Effect.fn("StatusReport.make")(function* (
 
 const pad = (text: string, width: number) => text.padEnd(width)
 
+const summarize = (byStatus: Record<string, number>) =>
+  Object.keys(byStatus).length === 0
+    ? "empty"
+    : Object.entries(byStatus)
+        .map(([status, n]) => `${status} ${n}`)
+        .join(", ")
+
 /** The human-readable form printed by `crm-sync status`. */
 export const renderStatus = (report: StatusReport): string => {
   const lines: Array<string> = []
@@ -159,15 +167,9 @@ export const renderStatus = (report: StatusReport): string => {
       `bucket ${pad(bucket.bucket, 40)}${bucket.used}/${bucket.limit}  resets ${bucket.resets_at ?? "-"}${blocked}`
     )
   }
-  const summary = (counts: Record<string, number>) =>
-    Object.keys(counts).length === 0
-      ? "empty"
-      : Object.entries(counts)
-          .map(([status, n]) => `${status} ${n}`)
-          .join(", ")
   lines.push("")
-  lines.push(`inbox       ${summary(report.inbox)}`)
-  lines.push(`outbox      ${summary(report.outbox)}`)
+  lines.push(`inbox       ${summarize(report.inbox)}`)
+  lines.push(`outbox      ${summarize(report.outbox)}`)
   for (const job of report.last_jobs) {
     lines.push(
       `job         ${job.job}${job.connection ? ` (${job.connection})` : ""}: ${job.status} ${job.finished_at ?? ""}`

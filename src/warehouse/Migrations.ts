@@ -56,7 +56,7 @@ const fileLoader: Migrator.Loader<SqlClient> = Effect.try({
         const match = file.match(/^(\d+)_(.+)\.sql$/)
         return match === null ? [] : [[Number(match[1]), match[2]!, file] as const]
       })
-      .sort(([a], [b]) => a - b)
+      .toSorted(([a], [b]) => a - b)
       .map(
         ([id, name, file]) =>
           [
