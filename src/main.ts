@@ -272,34 +272,23 @@ const reconcile = Command.make(
   )
 )
 
-const subscribe = Command.make(
-  "subscribe",
-  {
-    connection: Argument.String("connection").pipe(
-      Argument.withDescription("OAuth connection (default: the first)"),
-      Argument.optional
-    )
-  },
-  ({ connection }) =>
-    Effect.gen(function* () {
-      const result = yield* Subscriptions.subscribe(Option.getOrUndefined(connection))
-      yield* Console.log(`${result.connection}: subscribed (subscription ${result.subscription.id})`)
-    }).pipe(Effect.provide(ApiStack))
+const oauthConnection = Argument.String("connection").pipe(
+  Argument.withDescription("OAuth connection (default: the first)"),
+  Argument.optional
+)
+
+const subscribe = Command.make("subscribe", { connection: oauthConnection }, ({ connection }) =>
+  Effect.gen(function* () {
+    const result = yield* Subscriptions.subscribe(Option.getOrUndefined(connection))
+    yield* Console.log(`${result.connection}: subscribed (subscription ${result.subscription.id})`)
+  }).pipe(Effect.provide(ApiStack))
 ).pipe(Command.withDescription("Subscribe the connection's user to webhook events (OAuth connections only)."))
 
-const unsubscribe = Command.make(
-  "unsubscribe",
-  {
-    connection: Argument.String("connection").pipe(
-      Argument.withDescription("OAuth connection (default: the first)"),
-      Argument.optional
-    )
-  },
-  ({ connection }) =>
-    Effect.gen(function* () {
-      const result = yield* Subscriptions.unsubscribe(Option.getOrUndefined(connection))
-      yield* Console.log(`${result.connection}: unsubscribed`)
-    }).pipe(Effect.provide(ApiStack))
+const unsubscribe = Command.make("unsubscribe", { connection: oauthConnection }, ({ connection }) =>
+  Effect.gen(function* () {
+    const result = yield* Subscriptions.unsubscribe(Option.getOrUndefined(connection))
+    yield* Console.log(`${result.connection}: unsubscribed`)
+  }).pipe(Effect.provide(ApiStack))
 ).pipe(Command.withDescription("Remove the connection's webhook subscription."))
 
 const webhooksReplay = Command.make(
