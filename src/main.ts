@@ -6,7 +6,7 @@
  * command, whose finalizers (database pool, embedded PostgreSQL, servers) then run in order.
  */
 import { NodeHttpClient, NodeHttpServer, NodeRuntime, NodeServices } from "@effect/platform-node"
-import { Cause, Console, Effect, Exit, Layer, Logger, Option, References, Runtime, Schema } from "effect"
+import { Cause, Console, Effect, Exit, Layer, Logger, Option, Predicate, References, Runtime, Schema } from "effect"
 import { HttpRouter } from "effect/http"
 import { SqlClient } from "effect/sql/SqlClient"
 import { createServer } from "node:http"
@@ -321,6 +321,15 @@ const root = Command.make("crm-sync").pipe(
 
 const oneLine = (text: string) => text.replace(/\s+/g, " ").trim()
 
+/** An error's own message, else its cause's (a server that cannot listen says only "ServeError"). */
+const describeError = (error: unknown): string => {
+  const message = error instanceof Error ? error.message : String(error)
+  if (message.trim() !== "") return message
+  const cause = Predicate.hasProperty(error, "cause") ? error.cause : undefined
+  const tag = Predicate.hasProperty(error, "_tag") ? String(error._tag) : "error"
+  return cause === undefined ? tag : `${tag}: ${describeError(cause)}`
+}
+
 const program = Command.run(root, { version: packageJson.version }).pipe(
   Effect.provide(BaseLive),
   Effect.catch((error) =>
@@ -335,8 +344,7 @@ const program = Command.run(root, { version: packageJson.version }).pipe(
         // Already rendered by the CLI (usage and the problem); only the exit code is ours.
         process.exitCode = error._tag === "ShowHelp" && error.errors.length === 0 ? 0 : 2
       } else {
-        const message = error instanceof Error ? error.message : String(error)
-        yield* Console.error(`crm-sync: ${oneLine(message)}`)
+        yield* Console.error(`crm-sync: ${oneLine(describeError(error))}`)
         process.exitCode = 1
       }
     })

@@ -152,8 +152,33 @@ layer(
   )
 })
 
-describe("crm-sync run without a CRM", () => {
+describe("crm-sync run that cannot start", () => {
   layer(Layer.empty)((it) => {
+    it.effect("says so in one line when its port is taken", () =>
+      Effect.gen(function* () {
+        const url = yield* freshDatabase
+        const blocker = createServer()
+        yield* Effect.promise(() => new Promise<void>((resolve) => blocker.listen(0, () => resolve())))
+        yield* Effect.addFinalizer(() => Effect.sync(() => blocker.close()))
+        const address = blocker.address()
+        const port = typeof address === "object" && address !== null ? address.port : 0
+        const result = spawnSync(process.execPath, [main, "run"], {
+          encoding: "utf8",
+          env: {
+            PATH: process.env.PATH ?? "",
+            DATABASE_URL: url,
+            CRM_BASE_URL: "http://127.0.0.1:9",
+            CRM_TOKEN: "crm_pat_unused",
+            WEBHOOK_PORT: String(port),
+            LOG_LEVEL: "error"
+          },
+          timeout: 60_000
+        })
+        assert.strictEqual(result.status, 1)
+        assert.match(result.stderr.trim(), new RegExp(`^crm-sync: .*EADDRINUSE.*${port}$`))
+      }).pipe(Effect.scoped)
+    )
+
     it.effect("refuses to start, saying what to configure", () =>
       Effect.gen(function* () {
         const url = yield* freshDatabase
