@@ -8,7 +8,7 @@
  * secrets, signing secrets, the encryption key and the database URL are `Redacted` from the
  * moment they are decoded, so no log line, error or `status` output can show them.
  */
-import { Config, Context, Duration, Effect, Layer, Option, Redacted, Schema, SchemaIssue } from "effect"
+import { Config, Context, Effect, Layer, Option, Schema, SchemaIssue } from "effect"
 import { existsSync, readFileSync } from "node:fs"
 
 export class ConfigInvalid extends Schema.TaggedError<ConfigInvalid>()("ConfigInvalid", {
@@ -278,10 +278,3 @@ export class AppConfig extends Context.Service<AppConfig, AppConfigShape>()("crm
       Effect.map(decodeDocument(document), (decoded) => AppConfig.of({ ...decoded, origin: "inline" }))
     )
 }
-
-export const connectionByName = (config: AppConfigShape, name: string) =>
-  config.connections.find((connection) => connection.name === name)
-
-export const durationMillis = (duration: Duration.Duration) => Duration.toMillis(duration)
-
-export const redactedValue = Redacted.value
