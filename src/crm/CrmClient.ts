@@ -674,43 +674,31 @@ const makeClient = Effect.fnUntraced(function* (connection: Connection) {
       Effect.mapError((issue) => refuse(operation, describeIssue(issue.issue, { values: false })))
     )
 
-  const createContact = Effect.fn("CrmClient.createContact")(function* (
-    body: Models.ContactCreate,
-    options?: WriteOptions
-  ) {
-    const priority = yield* priorityOf(options, "interactive")
-    const encoded = yield* writeBody("CrmClient.createContact", Models.ContactCreate, body)
-    return yield* record(
-      {
-        operation: "CrmClient.createContact",
-        method: "POST",
-        path: "/v1/contacts",
-        body: encoded,
-        priority,
-        ...(options?.idempotencyKey === undefined ? {} : { idempotencyKey: options.idempotencyKey })
-      },
-      Models.Contact
-    )
-  })
+  /** `POST` of a create body (spec §4): validated first, sent with the call's idempotency key. */
+  const create = <S extends Schema.Codec<unknown, unknown>, A>(
+    operation: string,
+    path: string,
+    bodySchema: S,
+    recordSchema: Schema.Decoder<A>
+  ) =>
+    Effect.fn(operation)(function* (body: S["Type"], options?: WriteOptions) {
+      const priority = yield* priorityOf(options, "interactive")
+      const encoded = yield* writeBody(operation, bodySchema, body)
+      return yield* record(
+        {
+          operation,
+          method: "POST",
+          path,
+          body: encoded,
+          priority,
+          ...(options?.idempotencyKey === undefined ? {} : { idempotencyKey: options.idempotencyKey })
+        },
+        recordSchema
+      )
+    })
 
-  const createProspect = Effect.fn("CrmClient.createProspect")(function* (
-    body: Models.ProspectCreate,
-    options?: WriteOptions
-  ) {
-    const priority = yield* priorityOf(options, "interactive")
-    const encoded = yield* writeBody("CrmClient.createProspect", Models.ProspectCreate, body)
-    return yield* record(
-      {
-        operation: "CrmClient.createProspect",
-        method: "POST",
-        path: "/v1/prospects",
-        body: encoded,
-        priority,
-        ...(options?.idempotencyKey === undefined ? {} : { idempotencyKey: options.idempotencyKey })
-      },
-      Models.Prospect
-    )
-  })
+  const createContact = create("CrmClient.createContact", "/v1/contacts", Models.ContactCreate, Models.Contact)
+  const createProspect = create("CrmClient.createProspect", "/v1/prospects", Models.ProspectCreate, Models.Prospect)
 
   const listBusinesses = Effect.fn("CrmClient.listBusinesses")(function* (
     query?: BusinessQuery,

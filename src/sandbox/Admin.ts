@@ -6,7 +6,15 @@
  */
 import { Context, Duration, Effect, Layer, Option } from "effect"
 import { SandboxActions } from "./Actions.ts"
-import { type OAuthApp, type PersonalToken, SandboxAuth, type TokenResponse } from "./Auth.ts"
+import {
+  type OAuthApp,
+  type PersonalToken,
+  SandboxAuth,
+  type TokenResponse,
+  type AppPatch,
+  type CreateAppInput,
+  type CreatePatInput
+} from "./Auth.ts"
 import { type ApiError, badRequest, notFound } from "./errors.ts"
 import { type FaultRule, type FaultRuleInput, SandboxFaults } from "./Faults.ts"
 import type { World } from "./Generator.ts"
@@ -207,30 +215,12 @@ export class SandboxAdmin extends Context.Service<
       kind: RecordKind,
       options?: { readonly bookId?: string | undefined; readonly limit?: number | undefined; readonly offset?: number }
     ): Effect.Effect<ReadonlyArray<unknown>, ApiError>
-    createToken(input: {
-      readonly userId: string
-      readonly companyId?: string | undefined
-      readonly canWrite?: boolean | undefined
-      readonly label?: string | undefined
-    }): Effect.Effect<TokenInfo, ApiError>
+    createToken(input: CreatePatInput): Effect.Effect<TokenInfo, ApiError>
     setTokenWrite(id: string, canWrite: boolean): Effect.Effect<TokenInfo, ApiError>
     revokeToken(id: string): Effect.Effect<void, ApiError>
     readonly tokens: Effect.Effect<ReadonlyArray<TokenInfo>>
-    registerApp(input: {
-      readonly name?: string | undefined
-      readonly redirectUris?: ReadonlyArray<string> | undefined
-      readonly ownerCompanyId?: string | undefined
-      readonly mode?: "sandbox" | "production" | undefined
-      readonly scope?: string | undefined
-    }): Effect.Effect<AppInfo, ApiError>
-    updateApp(
-      clientId: string,
-      patch: {
-        readonly enabled?: boolean | undefined
-        readonly mode?: "sandbox" | "production" | undefined
-        readonly redirectUris?: ReadonlyArray<string> | undefined
-      }
-    ): Effect.Effect<AppInfo, ApiError>
+    registerApp(input: CreateAppInput): Effect.Effect<AppInfo, ApiError>
+    updateApp(clientId: string, patch: AppPatch): Effect.Effect<AppInfo, ApiError>
     rotateAppSecret(clientId: string): Effect.Effect<AppInfo, ApiError>
     /** Deletes the app: its tokens stop working, its subscriptions and endpoints are removed (§3). */
     deleteApp(clientId: string): Effect.Effect<void, ApiError>

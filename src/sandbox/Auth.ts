@@ -137,6 +137,27 @@ const findUser = (world: World, userId: string) => {
   return user === undefined ? Effect.fail(notFound(`user ${userId} not found`)) : Effect.succeed(user)
 }
 
+export interface CreatePatInput {
+  readonly userId: string
+  readonly companyId?: string | undefined
+  readonly canWrite?: boolean | undefined
+  readonly label?: string | undefined
+}
+
+export interface CreateAppInput {
+  readonly name?: string | undefined
+  readonly redirectUris?: ReadonlyArray<string> | undefined
+  readonly ownerCompanyId?: string | undefined
+  readonly mode?: "sandbox" | "production" | undefined
+  readonly scope?: string | undefined
+}
+
+export interface AppPatch {
+  readonly enabled?: boolean | undefined
+  readonly mode?: "sandbox" | "production" | undefined
+  readonly redirectUris?: ReadonlyArray<string> | undefined
+}
+
 export class SandboxAuth extends Context.Service<
   SandboxAuth,
   {
@@ -150,30 +171,12 @@ export class SandboxAuth extends Context.Service<
       basic: { readonly clientId: string; readonly secret: string } | undefined
     ): Effect.Effect<TokenResponse, ApiError>
     readonly bootstrap: Effect.Effect<{ readonly pat: PersonalToken; readonly app: OAuthApp }>
-    createPat(input: {
-      readonly userId: string
-      readonly companyId?: string | undefined
-      readonly canWrite?: boolean | undefined
-      readonly label?: string | undefined
-    }): Effect.Effect<PersonalToken, ApiError>
+    createPat(input: CreatePatInput): Effect.Effect<PersonalToken, ApiError>
     setPatWrite(id: string, canWrite: boolean): Effect.Effect<PersonalToken, ApiError>
     revokePat(id: string): Effect.Effect<void, ApiError>
     readonly pats: Effect.Effect<ReadonlyArray<PersonalToken>>
-    createApp(input: {
-      readonly name?: string | undefined
-      readonly redirectUris?: ReadonlyArray<string> | undefined
-      readonly ownerCompanyId?: string | undefined
-      readonly mode?: "sandbox" | "production" | undefined
-      readonly scope?: string | undefined
-    }): Effect.Effect<OAuthApp, ApiError>
-    updateApp(
-      clientId: string,
-      patch: {
-        readonly enabled?: boolean | undefined
-        readonly mode?: "sandbox" | "production" | undefined
-        readonly redirectUris?: ReadonlyArray<string> | undefined
-      }
-    ): Effect.Effect<OAuthApp, ApiError>
+    createApp(input: CreateAppInput): Effect.Effect<OAuthApp, ApiError>
+    updateApp(clientId: string, patch: AppPatch): Effect.Effect<OAuthApp, ApiError>
     rotateSecret(clientId: string): Effect.Effect<OAuthApp, ApiError>
     deleteApp(clientId: string): Effect.Effect<void, ApiError>
     app(clientId: string): Effect.Effect<OAuthApp, ApiError>
