@@ -11,6 +11,13 @@
  * decay) and sleeps until then: waiting costs no queries. Time is the database's
  * (`clock_timestamp()`): one clock for all processes, whatever their hosts' clocks say.
  *
+ * Bulk permits are taken a few at a time (`BULK_AHEAD`): a crawl asks for one permit per page, and
+ * one transaction per page was most of what the budget cost a fast crawl. The extra permits are
+ * counted in the shared windows when taken, like any other, and held in this process for at most
+ * `BULK_HOLD_MS` and never past the window's close (after which a request could reach the server in
+ * its next window uncounted); a 429 drops them. What a finished crawl leaves unused (at most
+ * `BULK_AHEAD - 1` per bucket set) is counted but never sent: conservative, never over the limit.
+ *
  * Why not `effect/persistence/RateLimiter`: its "fixed-window" store grows a per-key TTL by
  * `window / limit` per token, a smoothed limit rather than spec §8's window that begins at its
  * first request and resets all at once; it consumes one key per call, so three buckets cannot be
@@ -18,7 +25,7 @@
  * priorities and no externally imposed block (a 429's `Retry-After`); and its stores are memory
  * and Redis, where ours must be the PostgreSQL the processes already share.
  */
-import { Context, DateTime, Duration, Effect, Layer, Random, Schedule, Schema } from "effect"
+import { Clock, Context, DateTime, Duration, Effect, Layer, Random, Schedule, Schema } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
 import type { SqlError } from "effect/sql/SqlError"
 import { AppConfig } from "../config/AppConfig.ts"
@@ -29,6 +36,7 @@ import {
   decide,
   type Decision,
   effectiveMargin,
+  grantable,
   type Policy,
   type Priority,
   timeUntil as windowsTimeUntil,
@@ -115,6 +123,19 @@ const COLUMNS = `bucket, scope, request_limit, window_ms::float8 AS window_ms,
 
 /** Waking a little after the computed moment spreads processes that were waiting for the same one. */
 const wakeJitterMs = (waitMs: number) => Math.min(25, Math.ceil(waitMs * 0.02))
+
+/** Bulk permits taken per transaction when the windows have room (see the module comment). */
+const BULK_AHEAD = 4
+/** How long bulk permits taken ahead may wait for their request before they lapse. */
+const BULK_HOLD_MS = 1_000
+
+/** Bulk permits taken ahead for one set of buckets, and when they lapse (this process's clock). */
+interface Reservoir {
+  count: number
+  until: number
+}
+
+const reservoirKey = (sorted: ReadonlyArray<BucketSpec>) => sorted.map((bucket) => bucket.key).join("\n")
 
 /** A lost row-lock race (deadlock, serialization) is retried briefly before it counts as a failure. */
 const transactionRetry = Schedule.exponential("20 millis").pipe(Schedule.jittered, Schedule.upTo({ times: 4 }))
@@ -217,14 +238,20 @@ const make = Effect.fnUntraced(function* (policy: Policy) {
         SET request_limit = excluded.request_limit, window_ms = excluded.window_ms
       RETURNING ${sql.literal(COLUMNS)}`.pipe(Effect.flatMap(decodeRows))
 
-  /** One attempt: lock, decide, record. Returns the decision and the database's time. */
-  const attempt = (buckets: ReadonlyArray<BucketSpec>, permits: number, priority: Priority) =>
+  /**
+   * One attempt: lock, decide, record. Returns the decision and the database's time. With `ahead`,
+   * takes up to that many permits when every bucket has room for them (at least `permits`).
+   */
+  const attempt = (buckets: ReadonlyArray<BucketSpec>, permits: number, priority: Priority, ahead = permits) =>
     sql
       .withTransaction(
         Effect.gen(function* () {
           const rows = yield* lockRows(buckets)
           const now = Math.max(...rows.map((row) => row.now_ms))
-          const decision: Decision = decide(rows.map(toState), now, permits, priority, policy)
+          const states = rows.map(toState)
+          const room = Math.min(ahead, ...states.map((state) => grantable(state, now, priority, policy)))
+          const taken = Math.max(permits, room)
+          const decision: Decision = decide(states, now, taken, priority, policy)
           if (decision.kind === "grant") {
             yield* sql`UPDATE crm_sync.rate_windows AS w
               SET window_start = to_timestamp(v.start_ms::float8 / 1000), used = v.used::int, updated_at = now()
@@ -233,10 +260,12 @@ const make = Effect.fnUntraced(function* (policy: Policy) {
                           ${numbers(decision.windows.map((window) => window.used))}::text[]) AS v(bucket, start_ms, used)
               WHERE w.bucket = v.bucket`
           }
-          return { decision, now }
+          return { decision, now, taken }
         })
       )
       .pipe(Effect.retry(transactionRetry), Effect.mapError(failWith("cannot take a permit from the rate budget")))
+
+  const reservoirs = new Map<string, Reservoir>()
 
   const acquire = Effect.fn("RateBudget.acquire")(function* (
     buckets: ReadonlyArray<BucketSpec>,
@@ -244,9 +273,34 @@ const make = Effect.fnUntraced(function* (policy: Policy) {
   ) {
     const permits = options.permits ?? 1
     const sorted = yield* validated(buckets, permits)
+    const ahead = options.priority === "bulk" && permits === 1 ? BULK_AHEAD : permits
+    const key = reservoirKey(sorted)
+    if (ahead > permits) {
+      const held = reservoirs.get(key)
+      if (held !== undefined && held.count > 0 && (yield* Clock.currentTimeMillis) < held.until) {
+        held.count--
+        return
+      }
+    }
     while (true) {
-      const { decision, now } = yield* attempt(sorted, permits, options.priority)
-      if (decision.kind === "grant") return
+      const { decision, now, taken } = yield* attempt(sorted, permits, options.priority, ahead)
+      if (decision.kind === "grant") {
+        if (taken > permits) {
+          const local = yield* Clock.currentTimeMillis
+          const closes = Math.min(
+            ...decision.windows.map(
+              (window) => window.windowStart! + window.windowMs - effectiveMargin(window.windowMs, policy)
+            )
+          )
+          const until = local + Math.min(BULK_HOLD_MS, closes - now)
+          const held = reservoirs.get(key)
+          if (held !== undefined && held.count > 0 && local < held.until) {
+            held.count += taken - permits
+            held.until = Math.min(held.until, until)
+          } else reservoirs.set(key, { count: taken - permits, until })
+        }
+        return
+      }
       const waitMs = decision.until - now
       if (waitMs >= 1_000) {
         yield* Effect.logDebug("rate budget: waiting").pipe(
@@ -292,6 +346,10 @@ const make = Effect.fnUntraced(function* (policy: Policy) {
     const fallback = Math.max(...marked.map((bucket) => bucket.windowMs))
     const clamped = clampRetryAfter(retryAfter === undefined ? undefined : Duration.toMillis(retryAfter), fallback)
     const waitMs = jitterRetryAfter(clamped, yield* Random.next)
+    const markedKeys = new Set(marked.map((bucket) => bucket.key))
+    for (const key of reservoirs.keys()) {
+      if (key.split("\n").some((bucket) => markedKeys.has(bucket))) reservoirs.delete(key)
+    }
     // The window restarts after the block: the server's own window has ended by then, and our next
     // first permit lines ours up with its next one again.
     yield* sql`INSERT INTO crm_sync.rate_windows (bucket, scope, request_limit, window_ms)

@@ -30,7 +30,15 @@ import type { SqlError } from "effect/sql/SqlError"
 import { AppConfig } from "../config/AppConfig.ts"
 import type { CrmClientShape, ListPage } from "../crm/CrmClient.ts"
 import type { CrmError } from "../crm/CrmError.ts"
-import { type Source, type UpsertResult, Warehouse } from "../warehouse/Warehouse.ts"
+import {
+  combine,
+  KnownReferences,
+  type Prepared,
+  prepare,
+  type Source,
+  type UpsertResult,
+  Warehouse
+} from "../warehouse/Warehouse.ts"
 import { type CrawlRun, CrawlRuns } from "./CrawlRuns.ts"
 import { describeFailure } from "./JobRuns.ts"
 import { recordOutcomes, recordRefused } from "./SyncMetrics.ts"
@@ -44,12 +52,14 @@ export type CrawlResource = (typeof CrawlResources)[number]
 export const PER_PAGE = 100
 
 /**
- * Requests in flight at once. A few hide the round trips (the budget's permit, the request) behind
- * each other; under the CRM's hourly limits the budget paces them anyway (spec §8).
+ * Requests in flight at once. Several hide the round trips (the budget's permit, the request, the
+ * CRM's own work) behind each other: from an unthrottled sandbox, 6 read 100,000 records about 10%
+ * faster than 3 (`test/bench/crawl.ts`). Under the CRM's hourly limits the budget paces them
+ * anyway (spec §8), and no page past the last known one is asked for.
  */
-const REQUESTS_IN_FLIGHT = 3
-/** Pages fetched ahead of the writer. Small: a page waiting in memory is a page not yet stored. */
-const FETCH_AHEAD = 8
+const REQUESTS_IN_FLIGHT = 6
+/** Pages fetched ahead of the writer: about 1 MB. A page waiting in memory is a page not yet stored. */
+const FETCH_AHEAD = 16
 /** Pages at most in one write transaction (only when the writer has fallen behind the fetcher). */
 const MAX_BATCH_PAGES = 10
 /** Pages read again at most after one drop in the totals; beyond that the next crawl catches up. */
@@ -111,15 +121,20 @@ export interface CrawlSummary {
   readonly note: string | null
 }
 
-/** A page as fetched: in order, or read again after a drop in the totals. */
+/**
+ * A page as fetched (in order, or read again after a drop in the totals), its records already
+ * decoded for the warehouse: decoding happens as each answer arrives, while the writer waits on
+ * the database, rather than in the writer's turn.
+ */
 interface Fetched {
   readonly page: ListPage<unknown>
+  readonly prepared: Prepared
   readonly recheck: boolean
 }
 
 const listFor = (client: CrmClientShape, resource: CrawlResource) => {
   const options = { priority: "bulk" } as const
-  return (page: number): Effect.Effect<ListPage<unknown>, CrmError> => {
+  const list = (page: number): Effect.Effect<ListPage<unknown>, CrmError> => {
     const query = { page, per_page: PER_PAGE }
     switch (resource) {
       case "businesses":
@@ -130,6 +145,8 @@ const listFor = (client: CrmClientShape, resource: CrawlResource) => {
         return client.listFinancialAccounts(query, options)
     }
   }
+  return (page: number): Effect.Effect<Omit<Fetched, "recheck">, CrmError> =>
+    Effect.map(list(page), (read) => ({ page: read, prepared: prepare(resource, read.data) }))
 }
 
 /** The record's id as received (an undecodable record may still carry one). */
@@ -168,12 +185,15 @@ const RunTotals = Schema.Struct({
  * exist), and re-reads the pages behind a drop in the totals.
  */
 const fetchPages = (
-  list: (page: number) => Effect.Effect<ListPage<unknown>, CrmError>,
+  list: (page: number) => Effect.Effect<Omit<Fetched, "recheck">, CrmError>,
   run: CrawlRun,
   queue: Queue.Queue<Fetched, CrmError | Cause.Done>
 ) =>
   Effect.gen(function* () {
-    const inFlight: Array<{ readonly page: number; readonly fiber: Fiber.Fiber<ListPage<unknown>, CrmError> }> = []
+    const inFlight: Array<{
+      readonly page: number
+      readonly fiber: Fiber.Fiber<Omit<Fetched, "recheck">, CrmError>
+    }> = []
     let nextPage = run.nextPage
     let knownPages = run.totalPages ?? undefined
     let previousTotal = run.totalCount
@@ -189,8 +209,8 @@ const fetchPages = (
           nextPage++
         }
         const head = inFlight.shift()!
-        const fetched = yield* Fiber.join(head.fiber)
-        yield* Queue.offer(queue, { page: fetched, recheck: false })
+        const { page: fetched, prepared } = yield* Fiber.join(head.fiber)
+        yield* Queue.offer(queue, { page: fetched, prepared, recheck: false })
         const total = fetched.pagination.total_count
         knownPages = fetched.pagination.total_pages
         if (previousTotal !== null && total < previousTotal && head.page > 1) {
@@ -203,7 +223,7 @@ const fetchPages = (
             Effect.annotateLogs({ page: head.page, lost: previousTotal - total, pages: depth })
           )
           for (let back = head.page - 1; back >= Math.max(1, head.page - depth); back--) {
-            yield* Queue.offer(queue, { page: yield* list(back), recheck: true })
+            yield* Queue.offer(queue, { ...(yield* list(back)), recheck: true })
           }
         }
         previousTotal = total
@@ -238,7 +258,7 @@ export class PageCrawler extends Context.Service<
       const threshold = config.sync.deletion_threshold
 
       /** Stores a batch of fetched pages in one transaction; returns what it did. */
-      const storeBatch = (run: CrawlRun, batch: ReadonlyArray<Fetched>) =>
+      const storeBatch = (run: CrawlRun, batch: ReadonlyArray<Fetched>, known: KnownReferences) =>
         sql
           .withTransaction(
             Effect.gen(function* () {
@@ -247,7 +267,11 @@ export class PageCrawler extends Context.Service<
               // last pages and their last_page together, and the crawl reads them again.
               yield* sql`SET LOCAL synchronous_commit = off`
               const records = batch.flatMap((item) => item.page.data)
-              const counts = yield* warehouse.upsert(run.resource, records, { source: run.source })
+              const prepared = combine(
+                run.resource,
+                batch.map((item) => item.prepared)
+              )
+              const counts = yield* warehouse.write(prepared, { source: run.source, known })
               const inOrder = batch.filter((item) => !item.recheck)
               const latest = (inOrder.length > 0 ? inOrder : batch).at(-1)!.page
               const ids = records.flatMap((raw) => {
@@ -276,7 +300,11 @@ export class PageCrawler extends Context.Service<
               return { counts, latest, fresh: recorded.fresh, undeleted }
             })
           )
-          .pipe(Effect.uninterruptible)
+          .pipe(
+            Effect.tap(() => Effect.sync(() => known.settle())),
+            Effect.tapError(() => Effect.sync(() => known.discard())),
+            Effect.uninterruptible
+          )
 
       const finish = (run: CrawlRun, options: CrawlOptions) =>
         sql
@@ -327,6 +355,8 @@ export class PageCrawler extends Context.Service<
           const failRun = <E>(cause: Cause.Cause<E>) =>
             Cause.hasInterruptsOnly(cause) ? Effect.void : Effect.ignore(runs.fail(run, describeFailure(cause)))
 
+          // Households and other references the crawl's records name, once merged.
+          const known = new KnownReferences()
           let counts = zeroCounts
           let requests = 0
           let seen = run.seen
@@ -338,7 +368,7 @@ export class PageCrawler extends Context.Service<
                 if (Cause.isDone(taken.failure)) break
                 return yield* Effect.fail(taken.failure)
               }
-              const stored = yield* storeBatch(run, taken.success)
+              const stored = yield* storeBatch(run, taken.success, known)
               yield* recordOutcomes(resource, {
                 inserted: stored.counts.inserted,
                 updated: stored.counts.updated,

@@ -51,6 +51,40 @@ export interface UpsertResult {
 
 export interface WriteOptions {
   readonly source: Source
+  /** Reference rows a long run of writes (a crawl) already knows exist (see `KnownReferences`). */
+  readonly known?: KnownReferences
+}
+
+/**
+ * The reference rows (users, teams, households) one run of writes has already merged, so that a
+ * sighting that only names one (`{id}`, as every financial account names its household) is not
+ * merged again batch after batch: merging a bare id into an existing row changes nothing. Keys
+ * become known only when the caller says the transaction that wrote them committed (`settle`);
+ * `discard` forgets the rest. Scope one to a single crawl: it does not see other writers.
+ */
+export class KnownReferences {
+  readonly #settled = new Set<string>()
+  #pending: Array<string> = []
+  static key(resource: ReferenceResource, id: string): string {
+    return `${resource}:${id}`
+  }
+  has(key: string): boolean {
+    return this.#settled.has(key)
+  }
+  /** Merged by a transaction not yet committed. */
+  add(keys: Iterable<string>): void {
+    for (const key of keys) this.#pending.push(key)
+  }
+  settle(): void {
+    for (const key of this.#pending) this.#settled.add(key)
+    this.#pending = []
+  }
+  discard(): void {
+    this.#pending = []
+  }
+  get size(): number {
+    return this.#settled.size
+  }
 }
 
 export interface DeleteResult {
@@ -113,6 +147,18 @@ interface Decoded {
   readonly record: unknown
   readonly id: string
   readonly updatedAt: string | null
+  /** Its row for the batch statement, as JSON (see `recordRow`). */
+  readonly json: string
+}
+
+/**
+ * Records of one resource decoded and turned into rows: all the work of a write that needs no
+ * database, so a caller can do it while the database is busy with the previous batch.
+ */
+export interface Prepared {
+  readonly resource: Resource
+  readonly decoded: ReadonlyArray<Decoded>
+  readonly rejected: ReadonlyArray<Rejected>
 }
 
 /** A record the parent statement wrote, and which of its lists differ from the stored ones. */
@@ -174,11 +220,11 @@ const decoderOf = (table: AnyTable) => {
   return decode
 }
 
-/** Decodes each received record with its resource's model, splitting the good from the rejected. */
-export const decodeRecords = (
-  resource: Resource,
-  records: ReadonlyArray<unknown>
-): { readonly decoded: ReadonlyArray<Decoded>; readonly rejected: ReadonlyArray<Rejected> } => {
+/**
+ * Decodes each received record with its resource's model, splitting the good from the rejected,
+ * and turns the good into rows (`Warehouse.write` takes the result).
+ */
+export const prepare = (resource: Resource, records: ReadonlyArray<unknown>): Prepared => {
   const table: AnyTable = Tables[resource]
   const decode = decoderOf(table)
   const decoded: Array<Decoded> = []
@@ -205,10 +251,22 @@ export const decodeRecords = (
       continue
     }
     const record = result.success
-    decoded.push({ raw, record, id: table.id(record), updatedAt: table.updatedAt(record) })
+    const item = { raw, record, id: table.id(record), updatedAt: table.updatedAt(record) }
+    const row = table.kind === "record" ? recordRow(table, item) : { ...table.row(record), id: item.id, raw }
+    decoded.push({ ...item, json: JSON.stringify(row) })
   }
-  return { decoded, rejected }
+  return { resource, decoded, rejected }
 }
+
+/** Several prepared batches of one resource as one (a crawl's queued pages). */
+export const combine = (resource: Resource, batches: ReadonlyArray<Prepared>): Prepared =>
+  batches.length === 1
+    ? batches[0]!
+    : {
+        resource,
+        decoded: batches.flatMap((batch) => batch.decoded),
+        rejected: batches.flatMap((batch) => batch.rejected)
+      }
 
 const instant = (timestamp: string | null) =>
   timestamp === null ? -Infinity : (timestampMillis(timestamp) ?? -Infinity)
@@ -279,7 +337,7 @@ const sameJson = (a: unknown, b: unknown): boolean => {
  * in SQL, so only those whose decoded value is not the received one go in `typed` (a list given as
  * null decodes to `[]`, a computed column is not in `raw`). NULL and absent are the same column.
  */
-const recordRow = (table: AnyTable, item: Decoded): Row => {
+const recordRow = (table: AnyTable, item: Omit<Decoded, "json">): Row => {
   const row = table.row(item.record)
   let typed: Record<string, unknown> | undefined
   for (const name in row) {
@@ -376,6 +434,8 @@ export class Warehouse extends Context.Service<
       records: ReadonlyArray<unknown>,
       options: WriteOptions
     ) => Effect.Effect<UpsertResult, WarehouseError>
+    /** `upsert` of records already decoded by `prepare` (possibly several batches `combine`d). */
+    readonly write: (prepared: Prepared, options: WriteOptions) => Effect.Effect<UpsertResult, WarehouseError>
     /**
      * Marks records deleted at `at` (soft delete; unknown ids get a tombstone). Until a snapshot
      * whose `updated_at` is after `at` arrives, the record stays deleted.
@@ -416,6 +476,7 @@ export class Warehouse extends Context.Service<
       const sql = yield* SqlClient
 
       const statements = new Map<AnyTable, { readonly write: string }>()
+      const inserts = new Map<AnyTable, string>()
       const writeStatement = (table: AnyTable) => {
         let held = statements.get(table)
         if (held === undefined) {
@@ -450,61 +511,111 @@ export class Warehouse extends Context.Service<
         }
       })
 
+      /** Merges the references the written records mention; returns their keys (KnownReferences). */
       const mergeReferences = Effect.fnUntraced(function* (
         written: ReadonlyArray<Decoded>,
         table: AnyTable,
-        source: Source
+        source: Source,
+        known: KnownReferences | undefined
       ) {
         const sightings = mergeSightings(written.flatMap((item) => table.sightings(item.record)))
+        const keys: Array<string> = []
         for (const [resource, records] of sightings) {
           const reference: AnyTable = Tables[resource]
-          const rows = records.map((record) => referenceRow(reference, record))
+          const news = records.filter((record) => {
+            const key = KnownReferences.key(resource, record.id)
+            keys.push(key)
+            return known === undefined || !known.has(key) || Object.keys(record).length > 1
+          })
+          if (news.length === 0) continue
+          const rows = news.map((record) => referenceRow(reference, record))
           yield* sql.unsafe(writeStatement(reference), [JSON.stringify(rows), source])
         }
+        return keys
+      })
+
+      /**
+       * A `record` table without child lists: the write returns the rows it wrote, and only the
+       * others (none in a first crawl) are read again, to tell older (skipped) from identical.
+       */
+      const writeWithoutChildren = Effect.fnUntraced(function* (
+        table: AnyTable,
+        items: ReadonlyArray<Decoded>,
+        rows: string,
+        source: Source
+      ) {
+        let held = inserts.get(table)
+        if (held === undefined) inserts.set(table, (held = BatchSql.insertRecords(table)))
+        const written = yield* sql.unsafe<{ id: string; inserted: boolean }>(held, [rows, source])
+        const outcomes: Array<{ id: string; outcome: WriteOutcome }> = written.map((row) => ({
+          id: row.id,
+          outcome: row.inserted ? "inserted" : "updated"
+        }))
+        if (written.length === items.length) return outcomes
+        const done = new Set(written.map((row) => row.id))
+        const rest = items.filter((item) => !done.has(item.id))
+        const skipped = new Set(
+          (yield* sql.unsafe<{ id: string }>(BatchSql.classifyUnwritten(table), [
+            JSON.stringify(rest.map((item) => ({ id: item.id, updated_at: item.updatedAt })))
+          ])).map((row) => row.id)
+        )
+        for (const item of rest) outcomes.push({ id: item.id, outcome: skipped.has(item.id) ? "skipped" : "unchanged" })
+        return outcomes
       })
 
       /**
        * One chunk in one transaction: lock the stored parents (see BatchSql.lockRecords), write the
        * parents, then the children and references of those written.
        */
-      const writeChunk = (table: AnyTable, items: ReadonlyArray<Decoded>, source: Source) =>
-        sql.withTransaction(
-          Effect.gen(function* () {
-            const rows =
-              table.kind === "record"
-                ? items.map((item) => recordRow(table, item))
-                : items.map((item) => ({ ...table.row(item.record), id: item.id, raw: item.raw }))
-            if (table.kind === "record" && table.children.length > 0) {
-              yield* sql.unsafe(BatchSql.lockRecords(table), [items.map((item) => item.id)])
-            }
-            const outcomes = yield* sql.unsafe<{
-              id: string
-              outcome: WriteOutcome
-              changed_lists?: ReadonlyArray<string>
-            }>(writeStatement(table), [JSON.stringify(rows), source])
-            const counts = emptyCounts()
-            const byId = new Map(items.map((item) => [item.id, item]))
-            const written: Array<Written> = []
-            for (const { id, outcome, changed_lists } of outcomes) {
-              counts[outcome] += 1
-              if (outcome !== "inserted" && outcome !== "updated") continue
-              written.push({
-                item: byId.get(id)!,
-                inserted: outcome === "inserted",
-                changedLists: new Set(changed_lists ?? [])
-              })
-            }
-            if (written.length > 0) {
+      const writeChunk = (table: AnyTable, items: ReadonlyArray<Decoded>, source: Source, known?: KnownReferences) =>
+        sql
+          .withTransaction(
+            Effect.gen(function* () {
+              const rows = `[${items.map((item) => item.json).join(",")}]`
+              if (table.kind === "record" && table.children.length > 0) {
+                yield* sql.unsafe(BatchSql.lockRecords(table), [items.map((item) => item.id)])
+              }
+              const outcomes: ReadonlyArray<{
+                readonly id: string
+                readonly outcome: WriteOutcome
+                readonly changed_lists?: ReadonlyArray<string>
+              }> =
+                table.kind === "record" && table.children.length === 0
+                  ? yield* writeWithoutChildren(table, items, rows, source)
+                  : yield* sql.unsafe<{
+                      id: string
+                      outcome: WriteOutcome
+                      changed_lists?: ReadonlyArray<string>
+                    }>(writeStatement(table), [rows, source])
+              const counts = emptyCounts()
+              const byId = new Map(items.map((item) => [item.id, item]))
+              const written: Array<Written> = []
+              for (const { id, outcome, changed_lists } of outcomes) {
+                counts[outcome] += 1
+                if (outcome !== "inserted" && outcome !== "updated") continue
+                written.push({
+                  item: byId.get(id)!,
+                  inserted: outcome === "inserted",
+                  changedLists: new Set(changed_lists ?? [])
+                })
+              }
+              if (written.length === 0) return { counts, references: [] }
               yield* replaceChildren(table, written)
-              yield* mergeReferences(
+              const references = yield* mergeReferences(
                 written.map((w) => w.item),
                 table,
-                source
+                source,
+                known
               )
-            }
-            return counts
-          })
-        )
+              return { counts, references }
+            })
+          )
+          .pipe(
+            Effect.map(({ counts, references }) => {
+              known?.add(references)
+              return counts
+            })
+          )
 
       /**
        * Writes a chunk; if PostgreSQL refuses something about the data, halves it and tries each
@@ -514,9 +625,10 @@ export class Warehouse extends Context.Service<
         resource: Resource,
         table: AnyTable,
         items: ReadonlyArray<Decoded>,
-        source: Source
+        source: Source,
+        known: KnownReferences | undefined
       ): Effect.Effect<{ readonly counts: Counts; readonly rejected: ReadonlyArray<Rejected> }, SqlError> =>
-        writeChunk(table, items, source).pipe(
+        writeChunk(table, items, source, known).pipe(
           Effect.map((counts) => ({ counts, rejected: [] as ReadonlyArray<Rejected> })),
           Effect.catchIf(isRecordLevel, (error) => {
             if (items.length === 1) {
@@ -528,32 +640,39 @@ export class Warehouse extends Context.Service<
             }
             const middle = Math.ceil(items.length / 2)
             return Effect.zipWith(
-              writeIsolating(resource, table, items.slice(0, middle), source),
-              writeIsolating(resource, table, items.slice(middle), source),
+              writeIsolating(resource, table, items.slice(0, middle), source, known),
+              writeIsolating(resource, table, items.slice(middle), source, known),
               (a, b) => ({ counts: addCounts(a.counts, b.counts), rejected: [...a.rejected, ...b.rejected] })
             )
           })
         )
 
-      const upsert = Effect.fn("Warehouse.upsert")(
-        function* (resource: Resource, records: ReadonlyArray<unknown>, options: WriteOptions) {
-          yield* Effect.annotateCurrentSpan({ resource, records: records.length, source: options.source })
+      const write = Effect.fn("Warehouse.write")(
+        function* (prepared: Prepared, options: WriteOptions) {
+          const { resource, decoded, rejected } = prepared
+          yield* Effect.annotateCurrentSpan({
+            resource,
+            records: decoded.length + rejected.length,
+            source: options.source
+          })
           const table: AnyTable = Tables[resource]
-          const { decoded, rejected } = decodeRecords(resource, records)
           const unique = latestPerId(decoded)
           let counts: Counts = { ...emptyCounts(), skipped: decoded.length - unique.length }
           let refused = 0
           yield* storeRejected(rejected, options.source)
           for (const chunk of chunks(unique, CHUNK_SIZE)) {
-            const result = yield* writeIsolating(resource, table, chunk, options.source)
+            const result = yield* writeIsolating(resource, table, chunk, options.source, options.known)
             counts = addCounts(counts, result.counts)
             refused += result.rejected.length
             yield* storeRejected(result.rejected, options.source)
           }
           return { ...counts, rejected: rejected.length + refused } satisfies UpsertResult
         },
-        (effect, resource) => Effect.mapError(effect, toWarehouseError("upsert", resource))
+        (effect, prepared) => Effect.mapError(effect, toWarehouseError("upsert", prepared.resource))
       )
+
+      const upsert = (resource: Resource, records: ReadonlyArray<unknown>, options: WriteOptions) =>
+        Effect.suspend(() => write(prepare(resource, records), options))
 
       const markDeleted = Effect.fn("Warehouse.markDeleted")(
         function* (resource: Resource, ids: ReadonlyArray<string>, at: DateTime.Utc, options: WriteOptions) {
@@ -660,7 +779,17 @@ export class Warehouse extends Context.Service<
         Effect.mapError(toWarehouseError("undecodable", "undecodable_records"))
       )
 
-      return Warehouse.of({ upsert, markDeleted, undelete, recordClientChange, count, findById, row, undecodable })
+      return Warehouse.of({
+        write,
+        upsert,
+        markDeleted,
+        undelete,
+        recordClientChange,
+        count,
+        findById,
+        row,
+        undecodable
+      })
     })
   )
 }

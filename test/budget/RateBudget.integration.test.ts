@@ -4,7 +4,7 @@
  * blocks that every instance — and a restarted one — honours, with `Retry-After` clamped.
  */
 import { assert, describe, it, layer } from "@effect/vitest"
-import { Duration, Effect, Layer } from "effect"
+import { Duration, Effect, Fiber, Layer } from "effect"
 import { TestClock } from "effect/testing"
 import { type BucketSpec, type Policy, RateBudget } from "../../src/budget/RateBudget.ts"
 import { minimumRetryAfter, maximumRetryAfter } from "../../src/budget/RetryAfter.ts"
@@ -23,6 +23,9 @@ const bucketsOf = (name: string, limits: { token: number; company: number; ip: n
 const otherProcess = Effect.gen(function* () {
   return yield* RateBudget
 }).pipe(Effect.provide(RateBudget.layerWith(policy).pipe(Layer.fresh)))
+
+/** Real time (the test clock stands still) for a forked acquirer to reach the database and decide. */
+const realPause = Effect.promise(() => new Promise((resolve) => setTimeout(resolve, 200)))
 
 const used = Effect.fnUntraced(function* (bucket: string) {
   const sql = yield* SqlClient
@@ -103,6 +106,44 @@ layer(RateBudget.layerWith(policy).pipe(Layer.provideMerge(TestDatabase)))("Rate
       yield* budget.acquire(buckets, { priority: "incremental", permits: 9 })
       assert.isFalse((yield* budget.tryAcquire(buckets, { priority: "incremental" })).granted)
       assert.isTrue((yield* budget.tryAcquire(buckets, { priority: "interactive" })).granted)
+    })
+  )
+
+  it.effect("takes bulk permits a few at a time, hands out the rest until they lapse, never past the limit", () =>
+    Effect.gen(function* () {
+      const budget = yield* RateBudget
+      const buckets = bucketsOf("ahead", { token: 10, company: 1000, ip: 1000 })
+      yield* budget.acquire(buckets, { priority: "bulk" })
+      assert.strictEqual(yield* used("token:ahead"), 4)
+      for (let i = 0; i < 3; i++) yield* budget.acquire(buckets, { priority: "bulk" })
+      assert.strictEqual(yield* used("token:ahead"), 4)
+      // Bulk work may use 8 of 10 (two reserves of 10%): the next four fit, then nothing more.
+      for (let i = 0; i < 4; i++) yield* budget.acquire(buckets, { priority: "bulk" })
+      assert.strictEqual(yield* used("token:ahead"), 8)
+      const waiting = yield* Effect.forkChild(budget.acquire(buckets, { priority: "bulk" }))
+      yield* realPause
+      assert.isUndefined(waiting.pollUnsafe())
+      yield* Fiber.interrupt(waiting)
+      assert.strictEqual(yield* used("token:ahead"), 8)
+      // Interactive work takes its permits one at a time, and finds the reserve left for it.
+      yield* budget.acquire(buckets, { priority: "interactive" })
+      assert.strictEqual(yield* used("token:ahead"), 9)
+    })
+  )
+
+  it.effect("lets held bulk permits lapse after a second, and drops them on a 429", () =>
+    Effect.gen(function* () {
+      const budget = yield* RateBudget
+      const buckets = bucketsOf("lapse", { token: 100, company: 1000, ip: 1000 })
+      yield* budget.acquire(buckets, { priority: "bulk" })
+      yield* TestClock.adjust("1001 millis")
+      yield* budget.acquire(buckets, { priority: "bulk" })
+      assert.strictEqual(yield* used("token:lapse"), 8)
+      yield* budget.markExhausted(buckets, "token", Duration.seconds(60))
+      const waiting = yield* Effect.forkChild(budget.acquire(buckets, { priority: "bulk" }))
+      yield* realPause
+      assert.isUndefined(waiting.pollUnsafe())
+      yield* Fiber.interrupt(waiting)
     })
   )
 

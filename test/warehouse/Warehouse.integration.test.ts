@@ -26,6 +26,13 @@ const task = (id: string, updatedAt: string, overrides: JsonObject = {}): JsonOb
   ...overrides
 })
 
+const account = (id: string, updatedAt: string, name: string): JsonObject => ({
+  ...resourceFixture("financial_account"),
+  id,
+  updated_at: updatedAt,
+  name
+})
+
 const at = (iso: string) => DateTime.makeUnsafe(iso)
 
 const childRows = (table: string, parentColumn: string, parentId: string) =>
@@ -84,6 +91,48 @@ layer(TestWarehouse)("Warehouse", (it) => {
       assert.strictEqual(afterNewer.name, "Version 3")
       assert.deepStrictEqual(afterNewer.updated_at, new Date("2025-03-11T07:00:00.500Z"))
       assert.strictEqual(afterNewer.source, "webhook")
+    })
+  )
+
+  it.effect("counts a batch without child lists the same way: new, newer, identical and older copies", () =>
+    Effect.gen(function* () {
+      const warehouse = yield* Warehouse
+      const first = yield* warehouse.upsert(
+        "financial_accounts",
+        [account("fa_c1", "2025-03-10T12:00:00Z", "One"), account("fa_c2", "2025-03-10T12:00:00Z", "Two")],
+        { source: "crawl" }
+      )
+      assert.deepStrictEqual(first, { inserted: 2, updated: 0, unchanged: 0, skipped: 0, rejected: 0 })
+      const second = yield* warehouse.upsert(
+        "financial_accounts",
+        [
+          account("fa_c1", "2025-03-09T12:00:00Z", "One, older"),
+          account("fa_c2", "2025-03-10T12:00:00Z", "Two"),
+          account("fa_c3", "2025-03-10T12:00:00Z", "Three")
+        ],
+        { source: "crawl" }
+      )
+      assert.deepStrictEqual(second, { inserted: 1, updated: 0, unchanged: 1, skipped: 1, rejected: 0 })
+      const third = yield* warehouse.upsert(
+        "financial_accounts",
+        [account("fa_c1", "2025-03-11T12:00:00Z", "One, newer")],
+        {
+          source: "crawl"
+        }
+      )
+      assert.deepStrictEqual(third, { inserted: 0, updated: 1, unchanged: 0, skipped: 0, rejected: 0 })
+      const row = yield* Warehouse.use((w) => w.row("financial_accounts", "fa_c1"))
+      assert.strictEqual(Option.getOrThrow(row).name, "One, newer")
+      // Prospects carry no updated_at: the same snapshot again is unchanged, never skipped.
+      const prospect = { ...resourceFixture("prospect"), id: "pro_c1" }
+      yield* warehouse.upsert("prospects", [prospect], { source: "webhook" })
+      assert.deepStrictEqual(yield* warehouse.upsert("prospects", [prospect], { source: "webhook" }), {
+        inserted: 0,
+        updated: 0,
+        unchanged: 1,
+        skipped: 0,
+        rejected: 0
+      })
     })
   )
 
