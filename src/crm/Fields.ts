@@ -20,11 +20,68 @@ const isLeapYear = (year: number) => (year % 4 === 0 && year % 100 !== 0) || yea
 const daysInMonth = (year: number, month: number) =>
   month === 2 ? (isLeapYear(year) ? 29 : 28) : month === 4 || month === 6 || month === 9 || month === 11 ? 30 : 31
 
+/** Two decimal digits at `index`, or -1. */
+const twoDigits = (value: string, index: number): number => {
+  const tens = value.charCodeAt(index) - 48
+  const units = value.charCodeAt(index + 1) - 48
+  return tens >= 0 && tens <= 9 && units >= 0 && units <= 9 ? tens * 10 + units : -1
+}
+
+const FRACTION = /^\.\d+$/
+
+/**
+ * `timestampMillis` of the shape the CRM sends (`2024-05-01T12:00:00Z`, `…:00.123Z`) read without a
+ * regular expression or a Date: a crawl checks three of these per record. Undefined when the value
+ * has another shape (an offset, no seconds, a year before 100): the general reading decides.
+ */
+const canonicalUtcMillis = (value: string): number | undefined => {
+  const length = value.length
+  if (
+    length < 20 ||
+    value.charCodeAt(4) !== 45 || // -
+    value.charCodeAt(7) !== 45 ||
+    value.charCodeAt(10) !== 84 || // T
+    value.charCodeAt(13) !== 58 || // :
+    value.charCodeAt(16) !== 58 ||
+    value.charCodeAt(length - 1) !== 90 // Z
+  ) {
+    return undefined
+  }
+  const century = twoDigits(value, 0)
+  const yearOfCentury = twoDigits(value, 2)
+  const month = twoDigits(value, 5)
+  const day = twoDigits(value, 8)
+  const hour = twoDigits(value, 11)
+  const minute = twoDigits(value, 14)
+  const second = twoDigits(value, 17)
+  const year = century * 100 + yearOfCentury
+  if (century < 1 || yearOfCentury < 0 || month < 0 || day < 0 || hour < 0 || minute < 0 || second < 0) {
+    return undefined
+  }
+  let fraction = 0
+  if (length > 20) {
+    const digits = value.slice(19, length - 1)
+    if (!FRACTION.test(digits)) return undefined
+    fraction = Number(digits) * 1000
+  }
+  const valid =
+    month >= 1 &&
+    month <= 12 &&
+    day >= 1 &&
+    day <= daysInMonth(year, month) &&
+    (hour < 24 || (hour === 24 && minute === 0 && second === 0)) &&
+    minute < 60 &&
+    second <= 60
+  return valid ? Date.UTC(year, month - 1, day, hour, minute, second) + fraction : Number.NaN
+}
+
 /**
  * The instant an ISO 8601 date-time denotes, in epoch milliseconds, or undefined when it is not
  * one PostgreSQL would read the same way (a 13th month, a 31st of April, an offset past ±15:59).
  */
 export const timestampMillis = (value: string): number | undefined => {
+  const canonical = canonicalUtcMillis(value)
+  if (canonical !== undefined) return Number.isNaN(canonical) ? undefined : canonical
   const m = TIMESTAMP.exec(value)
   if (m === null) return undefined
   const part = (index: number) => (m[index] === undefined ? 0 : Number(m[index]))

@@ -58,8 +58,8 @@ export const PER_PAGE = 100
  * anyway (spec §8), and no page past the last known one is asked for.
  */
 const REQUESTS_IN_FLIGHT = 6
-/** Pages fetched ahead of the writer: about 1 MB. A page waiting in memory is a page not yet stored. */
-const FETCH_AHEAD = 16
+/** Pages fetched ahead of the writer (16 was no faster and held more memory). A page waiting in memory is a page not yet stored. */
+const FETCH_AHEAD = 8
 /** Pages at most in one write transaction (only when the writer has fallen behind the fetcher). */
 const MAX_BATCH_PAGES = 10
 /** Pages read again at most after one drop in the totals; beyond that the next crawl catches up. */

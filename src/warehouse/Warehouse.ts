@@ -235,7 +235,7 @@ export const prepare = (resource: Resource, records: ReadonlyArray<unknown>): Pr
       rejected.push({ resource, recordId, raw: storable(raw), error: "not a JSON object" })
       continue
     }
-    if (hasUnstorableText(raw)) {
+    const unstorable = () =>
       rejected.push({
         resource,
         recordId,
@@ -243,17 +243,23 @@ export const prepare = (resource: Resource, records: ReadonlyArray<unknown>): Pr
         error:
           "contains text PostgreSQL cannot store (U+0000 or an unpaired surrogate); stored with U+FFFD in its place"
       })
-      continue
-    }
     const result = decode(raw)
     if (Result.isFailure(result)) {
-      rejected.push({ resource, recordId, raw, error: result.failure.message })
+      if (hasUnstorableText(raw)) unstorable()
+      else rejected.push({ resource, recordId, raw, error: result.failure.message })
       continue
     }
     const record = result.success
     const item = { raw, record, id: table.id(record), updatedAt: table.updatedAt(record) }
     const row = table.kind === "record" ? recordRow(table, item) : { ...table.row(record), id: item.id, raw }
-    decoded.push({ ...item, json: JSON.stringify(row) })
+    const json = JSON.stringify(row)
+    // JSON.stringify writes U+0000 and unpaired surrogates, keys included, as \u escapes: a row
+    // without any needs no walk through its values.
+    if (json.includes("\\u") && hasUnstorableText(raw)) {
+      unstorable()
+      continue
+    }
+    decoded.push({ ...item, json })
   }
   return { resource, decoded, rejected }
 }

@@ -13,13 +13,13 @@
  * (at most 512 MB). The figures are printed and written into README.md and docs/sync.md between
  * the `bench:crawl` markers (`--no-docs` only prints).
  */
+import { NodeHttpClient } from "@effect/platform-node"
 import { PgClient } from "@effect/sql-pg"
 import { Effect, Layer, Redacted } from "effect"
-import { FetchHttpClient } from "effect/http"
 import { Reactivity } from "effect/reactivity"
 import { SqlClient } from "effect/sql/SqlClient"
 import { fork } from "node:child_process"
-import { mkdtempSync, rmSync } from "node:fs"
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs"
 import { availableParallelism, tmpdir } from "node:os"
 import { join } from "node:path"
 import { fileURLToPath } from "node:url"
@@ -78,14 +78,52 @@ interface SandboxInfo {
   readonly accounts: number
 }
 
+// ---------------------------------------------------------------------------------------------
+// CPU time per process (Linux: /proc), to show where a record's cost goes
+// ---------------------------------------------------------------------------------------------
+
+const CLOCK_TICKS = 100
+
+/** utime + stime (+ the reaped children's, with `children`) of a process, in seconds; 0 if unreadable. */
+const cpuOf = (pid: number, children = false): number => {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
+    // fields[0] is field 3 (state): utime is field 14, stime 15, cutime 16, cstime 17.
+    const own = Number(fields[11]) + Number(fields[12])
+    return (children ? own + Number(fields[13]) + Number(fields[14]) : own) / CLOCK_TICKS
+  } catch {
+    return 0
+  }
+}
+
+/** A process and its live children (the PostgreSQL server: postmaster, backends, workers). */
+const treeCpu = (root: number): number => {
+  let total = cpuOf(root, true)
+  if (!existsSync("/proc")) return total
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, "utf8")
+      const parent = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1])
+      if (parent === root) total += cpuOf(Number(entry))
+    } catch {
+      // gone since the listing
+    }
+  }
+  return total
+}
+
 const startSandbox = (accounts: number) =>
   Effect.acquireRelease(
-    Effect.callback<{ readonly info: SandboxInfo; readonly kill: () => void }>((resume) => {
+    Effect.callback<{ readonly info: SandboxInfo; readonly kill: () => void; readonly pid: number }>((resume) => {
       const child = fork(fileURLToPath(import.meta.url), ["--sandbox", String(accounts)], {
         execArgv: ["--max-old-space-size=4096"],
         stdio: ["ignore", "ignore", "inherit", "ipc"]
       })
-      child.once("message", (info) => resume(Effect.succeed({ info: info as SandboxInfo, kill: () => child.kill() })))
+      child.once("message", (info) =>
+        resume(Effect.succeed({ info: info as SandboxInfo, kill: () => child.kill(), pid: child.pid! }))
+      )
       child.once("exit", (code) => resume(Effect.die(new Error(`the sandbox exited (${code})`))))
     }),
     ({ kill }) => Effect.sync(kill)
@@ -103,6 +141,8 @@ interface Figures {
   readonly recordsPerSecond: number
   readonly peakRssMb: number
   readonly baselineRssMb: number
+  /** CPU time per record written, in microseconds: the backfill process, PostgreSQL, the sandbox. */
+  readonly cpu: { readonly backfill: number; readonly postgres: number; readonly sandbox: number }
 }
 
 const database = (adminUrl: string, name: string) =>
@@ -120,10 +160,10 @@ const database = (adminUrl: string, name: string) =>
     })
   )
 
-const measure = (adminUrl: string, size: number) =>
+const measure = (adminUrl: string, postmaster: number, size: number) =>
   Effect.scoped(
     Effect.gen(function* () {
-      const { info } = yield* startSandbox(size)
+      const { info, pid: sandboxPid } = yield* startSandbox(size)
       const config = AppConfig.layerFrom({
         connections: [
           { name: "bench", base_url: info.baseUrl, credential: "personal", token: info.token, limits: unthrottled }
@@ -131,7 +171,7 @@ const measure = (adminUrl: string, size: number) =>
         log_level: "warn"
       })
       const live = Layer.mergeAll(Warehouse.layer, RateBudget.layer, Credentials.layer).pipe(
-        Layer.provideMerge(FetchHttpClient.layer),
+        Layer.provideMerge(NodeHttpClient.layerUndici),
         Layer.provideMerge(config),
         Layer.provideMerge(database(adminUrl, `bench_crawl_${size}`))
       )
@@ -144,8 +184,15 @@ const measure = (adminUrl: string, size: number) =>
           peak = Math.max(peak, process.memoryUsage().rss)
         }, 50)
         const started = performance.now()
+        const cpuBefore = { backfill: process.cpuUsage(), postgres: treeCpu(postmaster), sandbox: cpuOf(sandboxPid) }
         const summary = yield* backfill({ resource: "financial_accounts", progress: "lines" })
         const seconds = (performance.now() - started) / 1000
+        const backfillCpu = process.cpuUsage(cpuBefore.backfill)
+        const cpuSeconds = {
+          backfill: (backfillCpu.user + backfillCpu.system) / 1e6,
+          postgres: treeCpu(postmaster) - cpuBefore.postgres,
+          sandbox: cpuOf(sandboxPid) - cpuBefore.sandbox
+        }
         clearInterval(sampler)
         peak = Math.max(peak, process.memoryUsage().rss)
         const [stored] = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM crm.financial_accounts`
@@ -159,7 +206,12 @@ const measure = (adminUrl: string, size: number) =>
           seconds,
           recordsPerSecond: Math.round(stored!.n / seconds),
           peakRssMb: Math.round(peak / 1024 / 1024),
-          baselineRssMb: Math.round(baseline / 1024 / 1024)
+          baselineRssMb: Math.round(baseline / 1024 / 1024),
+          cpu: {
+            backfill: Math.round((cpuSeconds.backfill * 1e6) / stored!.n),
+            postgres: Math.round((cpuSeconds.postgres * 1e6) / stored!.n),
+            sandbox: Math.round((cpuSeconds.sandbox * 1e6) / stored!.n)
+          }
         } satisfies Figures
       }).pipe(Effect.provide(live))
     })
@@ -170,12 +222,14 @@ const main = Effect.gen(function* () {
   yield* Effect.addFinalizer(() => Effect.sync(() => rmSync(folder, { recursive: true, force: true })))
   const server = yield* acquireEmbeddedDatabase(folder)
   const adminUrl = Redacted.value(server.url)
+  const postmaster = Number(readFileSync(join(server.dataDirectory, "postmaster.pid"), "utf8").split("\n")[0])
   const results: Array<Figures> = []
   for (const size of SIZES) {
     console.error(`backfilling ${size.toLocaleString("en-US")} financial accounts…`)
-    const figures = yield* measure(adminUrl, size)
+    const figures = yield* measure(adminUrl, postmaster, size)
     console.error(
-      `  ${figures.records} records in ${figures.seconds.toFixed(1)} s: ${figures.recordsPerSecond}/s, peak RSS ${figures.peakRssMb} MB`
+      `  ${figures.records} records in ${figures.seconds.toFixed(1)} s: ${figures.recordsPerSecond}/s, peak RSS ${figures.peakRssMb} MB, ` +
+        `CPU per record: backfill ${figures.cpu.backfill} µs, PostgreSQL ${figures.cpu.postgres} µs, sandbox ${figures.cpu.sandbox} µs`
     )
     results.push(figures)
   }
@@ -185,19 +239,24 @@ const main = Effect.gen(function* () {
 const number = (n: number) => n.toLocaleString("en-US")
 
 const report = (results: ReadonlyArray<Figures>) => {
+  const total = (r: Figures) => r.cpu.backfill + r.cpu.postgres + r.cpu.sandbox
   const rows = results.map(
     (r) =>
-      `| ${number(r.records)} | ${number(r.requests)} | ${r.seconds.toFixed(1)} s | ${number(r.recordsPerSecond)}/s | ${number(r.peakRssMb)} MB (${number(r.baselineRssMb)} MB at start) |`
+      `| ${number(r.records)} | ${number(r.requests)} | ${r.seconds.toFixed(1)} s | ${number(r.recordsPerSecond)}/s | ${number(r.peakRssMb)} MB (${number(r.baselineRssMb)} MB at start) | ${r.cpu.backfill} + ${r.cpu.postgres} + ${r.cpu.sandbox} = ${total(r)} µs |`
   )
+  const cores = availableParallelism()
+  const ceiling = results.map((r) => `${number(Math.round((cores * 1e6) / total(r)))}/s at ${number(r.records)}`)
   const fastEnough = results.every((r) => r.recordsPerSecond >= 20_000)
   const bounded = results.every((r) => r.peakRssMb <= 512)
   const growth = results.length >= 2 ? results.at(-1)!.peakRssMb - results[0]!.peakRssMb : 0
   return [
     `Measured ${new Date().toISOString().slice(0, 10)} on this machine (${availableParallelism()} CPUs shared by the backfill, the sandbox and PostgreSQL), embedded PostgreSQL, loopback sandbox without rate limits, \`npx node test/bench/crawl.ts\`:`,
     "",
-    "| financial accounts | requests | time | records written per second | peak RSS of the backfill |",
-    "|---|---|---|---|---|",
+    "| financial accounts | requests | time | records written per second | peak RSS of the backfill | CPU per record: backfill + PostgreSQL + sandbox |",
+    "|---|---|---|---|---|---|",
     ...rows,
+    "",
+    `CPU per record is each process's CPU time (user + system, from \`/proc\`) during the backfill, divided by the records written. With every core busy all the time, ${cores} cores would write at most ${ceiling.join(" and ")}: the ceiling of this machine at these costs.`,
     "",
     `Target ≥ 20,000 records/s: ${fastEnough ? "met" : "**not met**"}. Peak memory ≤ 512 MB and flat in the record count: ${bounded ? "met" : "**not met**"} (${growth >= 0 ? "+" : ""}${growth} MB from the smallest to the largest run).`
   ].join("\n")

@@ -322,27 +322,33 @@ layer(TestWarehouse)("Warehouse", (it) => {
         { title: "no id at all", updated_at: "2025-03-01T00:00:00Z" },
         "not an object",
         task("tsk_nul", "2025-03-01T00:00:00Z", { description: "a\u0000b" }),
-        task("tsk_bad_cents", "2025-03-01T00:00:00Z", { deadline_at: 1741000000 })
+        task("tsk_bad_cents", "2025-03-01T00:00:00Z", { deadline_at: 1741000000 }),
+        task("tsk_lone", "2025-03-01T00:00:00Z", { title: "half \ud800 a pair", extra: { "k\u0000": 1 } }),
+        task("tsk_both", "yesterday", { description: "\u0000" }),
+        task("tsk_escaped", "2025-03-01T00:00:00Z", { description: "a control \u001b and a backslash-u \\u0000" })
       ]
       const result = yield* warehouse.upsert("tasks", batch, { source: "webhook" })
-      assert.deepStrictEqual(result, { inserted: 1, updated: 0, unchanged: 0, skipped: 0, rejected: 5 })
-      assert.strictEqual(yield* warehouse.count("tasks"), tasksBefore + 1)
+      assert.deepStrictEqual(result, { inserted: 2, updated: 0, unchanged: 0, skipped: 0, rejected: 7 })
+      assert.strictEqual(yield* warehouse.count("tasks"), tasksBefore + 2)
 
       const kept = yield* warehouse.undecodable("tasks")
-      assert.lengthOf(kept, 5)
+      assert.lengthOf(kept, 7)
       const byId = new Map(kept.map((r) => [r.recordId, r]))
       assert.include(byId.get("tsk_bad_time")!.error, "updated_at")
       assert.include(byId.get("tsk_bad_cents")!.error, "deadline_at")
       assert.include(byId.get(null)!.error, "id")
       assert.include(byId.get("tsk_nul")!.error, "U+0000")
       assert.strictEqual((byId.get("tsk_nul")!.raw as JsonObject).description, "a\uFFFDb")
+      assert.include(byId.get("tsk_lone")!.error, "unpaired surrogate")
+      assert.strictEqual((byId.get("tsk_lone")!.raw as JsonObject).title, "half \uFFFD a pair")
+      assert.include(byId.get("tsk_both")!.error, "U+0000")
       assert.strictEqual((byId.get("tsk_bad_time")!.raw as JsonObject).title, "Send RMD worksheet")
       assert.isTrue(kept.every((r) => r.source === "webhook" && r.occurrences === 1))
 
       // Seen again (the next poll): counted, not duplicated.
       yield* warehouse.upsert("tasks", batch, { source: "poll" })
       const again = yield* warehouse.undecodable("tasks")
-      assert.lengthOf(again, 5)
+      assert.lengthOf(again, 7)
       assert.isTrue(again.every((r) => r.occurrences === 2))
     })
   )
