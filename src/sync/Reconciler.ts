@@ -744,23 +744,37 @@ const ranSince = (connection: string, since: Date) =>
     return (rows[0]?.n ?? 0) > 0
   })
 
+/** When this connection's reconciliation last started, if it ever ran (on any replica). */
+const lastStarted = (connection: string) =>
+  Effect.gen(function* () {
+    const sql = yield* SqlClient
+    const rows = yield* sql<{ at: number | null }>`
+      SELECT (extract(epoch FROM max(started_at)) * 1000)::float8 AS at FROM crm_sync.job_runs
+      WHERE job = ${RECONCILE_JOB} AND connection = ${connection}`
+    return rows[0]?.at ?? null
+  })
+
+/**
+ * Replicas wake at the same occurrence: the first takes the lease, the others find its run. Half a
+ * period of slack (at most 5 minutes) covers clocks a little apart without swallowing the next
+ * occurrence.
+ */
+const slackBefore = (cron: Cron.Cron, at: Date) =>
+  new Date(
+    at.getTime() - Math.min(Duration.toMillis(Duration.minutes(5)), (Cron.next(cron, at).getTime() - at.getTime()) / 2)
+  )
+
 /** The loop of one connection: sleep until the next occurrence, run under the lease; never fails. */
 const scheduleLoop = (client: CrmClientShape, cron: Cron.Cron) =>
   Effect.gen(function* () {
     const leases = yield* JobLease
     const connection = client.connection.name
-    while (true) {
-      const now = yield* Clock.currentTimeMillis
-      const at = Cron.next(cron, now)
-      yield* Effect.sleep(Duration.millis(Math.max(0, at.getTime() - now)))
-      // Replicas wake at the same occurrence: the first takes the lease, the others find its run.
-      // Half a period of slack covers clocks a little apart without swallowing the next occurrence.
-      const period = Cron.next(cron, at).getTime() - at.getTime()
-      const since = new Date(at.getTime() - Math.min(Duration.toMillis(Duration.minutes(5)), period / 2))
-      yield* leases
+    /** The run of the occurrence at `at`, unless a replica ran it already. */
+    const occurrence = (at: Date) =>
+      leases
         .tryRun(
           reconcileLease(connection),
-          Effect.flatMap(ranSince(connection, since), (ran) =>
+          Effect.flatMap(ranSince(connection, slackBefore(cron, at)), (ran) =>
             ran ? Effect.void : Effect.asVoid(runJob(client, () => Effect.void))
           )
         )
@@ -771,6 +785,25 @@ const scheduleLoop = (client: CrmClientShape, cron: Cron.Cron) =>
               : Effect.logWarning("reconcile failed; it runs again at the next occurrence", cause)
           )
         )
+
+    // An occurrence missed while no daemon ran (a restart across 03:00) runs now, once. Only when
+    // the reconciliation has run before: a first start waits for the schedule, the backfill and the
+    // crawls having the first day's budget.
+    const started = yield* Clock.currentTimeMillis
+    const missed = Cron.prev(cron, started)
+    const last = yield* lastStarted(connection).pipe(Effect.orElseSucceed(() => null))
+    if (last !== null && last < slackBefore(cron, missed).getTime()) {
+      yield* Effect.logInfo("reconcile: running the occurrence missed while stopped").pipe(
+        Effect.annotateLogs({ missed: missed.toISOString() })
+      )
+      yield* occurrence(missed)
+    }
+
+    while (true) {
+      const now = yield* Clock.currentTimeMillis
+      const at = Cron.next(cron, now)
+      yield* Effect.sleep(Duration.millis(Math.max(0, at.getTime() - now)))
+      yield* occurrence(at)
     }
   }).pipe(Effect.annotateLogs({ job: RECONCILE_JOB, connection: client.connection.name }))
 

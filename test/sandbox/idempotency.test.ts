@@ -4,11 +4,21 @@
  * a reset after the commit is (a retry gets the original answer).
  */
 import { assert, layer } from "@effect/vitest"
-import { Effect, Result } from "effect"
+import { Deferred, Effect, Fiber, Layer, Result } from "effect"
+import type { ApiResponse } from "../../src/sandbox/Http.ts"
+import { SandboxIdempotency } from "../../src/sandbox/Idempotency.ts"
+import { resolveOptions, SandboxConfig } from "../../src/sandbox/Options.ts"
+import { SandboxClock } from "../../src/sandbox/SandboxClock.ts"
 import { expectRequests } from "../../src/sandbox/testing.ts"
 import { admin, api, sandboxLayer } from "./fixtures.ts"
 
 const prospect = (lastName: string) => ({ book_id: "bk_00000001", first_name: "Idem", last_name: lastName })
+
+/** The sandbox's idempotency cache on its own, where a handler can be held open at will. */
+const idempotencyAlone = SandboxIdempotency.layer.pipe(
+  Layer.provide(SandboxClock.layer),
+  Layer.provide(Layer.effect(SandboxConfig, Effect.orDie(resolveOptions())))
+)
 
 const prospectCount = Effect.flatMap(admin, (a) => Effect.map(a.state, (state) => state.counts.prospects))
 
@@ -160,6 +170,32 @@ layer(sandboxLayer(), { excludeTestServices: true })("sandbox idempotency", (it)
       assert.notStrictEqual(after.json.id, first.json.id)
       assert.isUndefined(after.headers["idempotent-replayed"])
     })
+  )
+
+  it.effect(
+    "§4 rule 6: a repeat while the first request is still being processed gets 409 idempotency_key_in_use",
+    () =>
+      Effect.gen(function* () {
+        const idempotency = yield* SandboxIdempotency
+        const request = { scope: "company-1/user-1", path: "/v1/prospects", key: "key-in-flight", fingerprint: "{}" }
+        const release = yield* Deferred.make<void>()
+        const created: ApiResponse = { status: 201, body: { id: "pro_in_flight" } }
+        const first = yield* Effect.forkChild(idempotency.run(request, Effect.as(Deferred.await(release), created)))
+        yield* Effect.yieldNow
+        const during = yield* Effect.result(idempotency.run(request, Effect.succeed(created)))
+        assert.isTrue(Result.isFailure(during))
+        if (Result.isFailure(during)) {
+          assert.strictEqual(during.failure.status, 409)
+          assert.strictEqual(during.failure.error, "idempotency_key_in_use")
+        }
+        yield* Deferred.succeed(release, undefined)
+        assert.deepStrictEqual(yield* Fiber.join(first), { response: created, replayed: false })
+        // Once it has finished, the same key replays its answer.
+        assert.deepStrictEqual(yield* idempotency.run(request, Effect.die("not run again")), {
+          response: created,
+          replayed: true
+        })
+      }).pipe(Effect.provide(idempotencyAlone))
   )
 
   it.effect("§4: requests without Idempotency-Key are never deduplicated", () =>

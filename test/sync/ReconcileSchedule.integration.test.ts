@@ -1,0 +1,63 @@
+/**
+ * The daemon's reconciliation schedule after downtime: an occurrence missed while no daemon ran
+ * (the process was down at 03:00) runs at start-up, once; a first start with no reconciliation on
+ * record waits for the schedule.
+ */
+import { assert, layer } from "@effect/vitest"
+import { Effect, Exit, Layer, Scope } from "effect"
+import { SqlClient } from "effect/sql/SqlClient"
+import { ReconcileSchedulerLive } from "../../src/sync/Reconciler.ts"
+import { harness } from "./harness.ts"
+
+const runs = Effect.gen(function* () {
+  const sql = yield* SqlClient
+  return yield* sql<{ status: string; seeded: boolean }>`
+    SELECT status, (detail ->> 'seeded') IS NOT NULL AS seeded FROM crm_sync.job_runs
+    WHERE job = 'reconcile' AND connection = 'default' ORDER BY id`
+})
+
+/** Starts the schedule as the daemon does, lets it run for `ms`, stops it. */
+const daemonFor = (ms: number) =>
+  Effect.gen(function* () {
+    const scope = yield* Scope.make()
+    yield* Layer.buildWithScope(ReconcileSchedulerLive, scope)
+    yield* Effect.sleep(`${ms} millis`)
+    yield* Scope.close(scope, Exit.void)
+  })
+
+// 03:00 UTC daily: during the test no occurrence comes up on its own.
+layer(harness({ config: { schedules: { reconcile: "0 3 * * *" } } }), { timeout: 120_000, excludeTestServices: true })(
+  "reconcile after downtime",
+  (it) => {
+    it.effect("a missed occurrence runs at start-up, once; a first start waits for the schedule", () =>
+      Effect.gen(function* () {
+        const sql = yield* SqlClient
+
+        yield* daemonFor(1_500)
+        assert.deepStrictEqual(yield* runs, [], "no reconciliation on record: nothing to catch up")
+
+        // The last reconciliation ran three days ago: at least one 03:00 was missed since.
+        yield* sql`INSERT INTO crm_sync.job_runs (job, connection, status, started_at, finished_at, detail)
+          VALUES ('reconcile', 'default', 'succeeded', now() - interval '3 days', now() - interval '3 days',
+                  '{"seeded": true}'::jsonb)`
+        const scope = yield* Scope.make()
+        yield* Layer.buildWithScope(ReconcileSchedulerLive, scope)
+        let after = yield* runs
+        for (let waited = 0; !after.some((run) => !run.seeded && run.status === "succeeded"); waited += 100) {
+          if (waited > 45_000) assert.fail(`no catch-up run: ${JSON.stringify(after)}`)
+          yield* Effect.sleep("100 millis")
+          after = yield* runs
+        }
+        yield* Scope.close(scope, Exit.void)
+        assert.deepStrictEqual(
+          after.map((run) => run.status),
+          ["succeeded", "succeeded"]
+        )
+
+        // The missed occurrence has its run now: a restart does not repeat it.
+        yield* daemonFor(1_500)
+        assert.lengthOf(yield* runs, 2)
+      })
+    )
+  }
+)
