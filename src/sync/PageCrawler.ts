@@ -4,9 +4,9 @@
  * is no poll cursor yet or a backfill asks. Every page at `per_page=100` (spec §4 rule 1, §8: the
  * fewest requests), at the `bulk` priority of the shared budget.
  *
- * A fetcher reads pages in order (up to three requests in flight once the page count is known)
- * into a small queue while the writer stores them, several queued pages to one transaction when it
- * falls behind. Each transaction stores the records (the warehouse's forward-only upsert: an
+ * A fetcher reads pages in order (up to six requests in flight once the page count is known) and
+ * decodes each as it arrives, into a small queue while the writer stores them, several queued
+ * pages to one transaction when it falls behind. Each transaction stores the records (the warehouse's forward-only upsert: an
  * unchanged record is not rewritten), marks them seen (CrawlRuns), undeletes any that had been
  * deleted by absence, and advances `crawl_runs.last_page` — all or nothing, and uninterruptibly, so
  * a SIGTERM lets the page in hand commit and a crash loses at most pages not yet committed. A
@@ -58,7 +58,10 @@ export const PER_PAGE = 100
  * anyway (spec §8), and no page past the last known one is asked for.
  */
 const REQUESTS_IN_FLIGHT = 6
-/** Pages fetched ahead of the writer (16 was no faster and held more memory). A page waiting in memory is a page not yet stored. */
+/**
+ * Pages fetched and decoded ahead of the writer (16 was no faster and held more memory). A page
+ * waiting in memory is a page not yet stored.
+ */
 const FETCH_AHEAD = 8
 /** Pages at most in one write transaction (only when the writer has fallen behind the fetcher). */
 const MAX_BATCH_PAGES = 10
