@@ -275,14 +275,16 @@ const make = Effect.fnUntraced(function* (policy: Policy) {
     const sorted = yield* validated(buckets, permits)
     const ahead = options.priority === "bulk" && permits === 1 ? BULK_AHEAD : permits
     const key = reservoirKey(sorted)
-    if (ahead > permits) {
+    /** A permit taken ahead by this process for these buckets, if one is still good. */
+    const takeHeld = Effect.map(Clock.currentTimeMillis, (local) => {
       const held = reservoirs.get(key)
-      if (held !== undefined && held.count > 0 && (yield* Clock.currentTimeMillis) < held.until) {
-        held.count--
-        return
-      }
-    }
+      if (ahead === permits || held === undefined || held.count === 0 || local >= held.until) return false
+      held.count--
+      return true
+    })
     while (true) {
+      // Checked on every round: while this acquirer slept, another may have taken some ahead.
+      if (yield* takeHeld) return
       const { decision, now, taken } = yield* attempt(sorted, permits, options.priority, ahead)
       if (decision.kind === "grant") {
         if (taken > permits) {
