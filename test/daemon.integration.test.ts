@@ -4,10 +4,13 @@
  * status, and stops cleanly on SIGTERM; with no CRM configured it refuses to start.
  */
 import { assert, describe, layer } from "@effect/vitest"
-import { Duration, Effect, Layer } from "effect"
+import { Deferred, Duration, Effect, Fiber, Layer } from "effect"
 import { PgClient } from "@effect/sql-pg"
 import { spawn, spawnSync } from "node:child_process"
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import { createServer } from "node:net"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 import { Webhook } from "standardwebhooks"
 import { Redacted } from "effect"
 import { Reactivity } from "effect/reactivity"
@@ -148,6 +151,105 @@ layer(
         n: number
       }>`SELECT count(*)::int AS n FROM crm_sync.job_runs WHERE status = 'running'`.pipe(Effect.orDie)
       assert.strictEqual(jobs[0]!.n, 0, "no job left marked running")
+    }).pipe(Effect.scoped)
+  )
+})
+
+/** A signed delivery of a fixture to a running daemon; returns the HTTP status. */
+const deliver = (base: string, id: string, body: string) =>
+  Effect.promise(() => {
+    const timestamp = new Date()
+    return fetch(`${base}/webhooks/default`, {
+      method: "POST",
+      headers: {
+        "content-type": "application/json",
+        "hook-id": id,
+        "hook-timestamp": String(Math.floor(timestamp.getTime() / 1000)),
+        "hook-signature": new Webhook(SECRET).sign(id, timestamp, body)
+      },
+      body
+    }).then((response) => response.status)
+  })
+
+layer(
+  Sandbox.layer({ records: 100, seed: 5, limits: { personal: { token: 100_000, company: 100_000, ip: 100_000 } } }),
+  { timeout: 120_000, excludeTestServices: true }
+)("crm-sync run killed", (it) => {
+  it.effect("a delivery accepted just before kill -9 is applied by the next daemon, once", () =>
+    Effect.gen(function* () {
+      const sandbox = yield* Sandbox
+      const url = yield* freshDatabase
+      const port = yield* freePort
+      const folder = mkdtempSync(join(tmpdir(), "crm-sync-kill-"))
+      yield* Effect.addFinalizer(() => Effect.sync(() => rmSync(folder, { recursive: true, force: true })))
+      // A claim outlives its dead holder by this long (default 2 minutes).
+      const configFile = join(folder, "config.json")
+      writeFileSync(configFile, JSON.stringify({ webhooks: { lease_timeout: "2 seconds" } }))
+      const start = () => {
+        const child = spawn(process.execPath, [main, "run"], {
+          env: {
+            PATH: process.env.PATH ?? "",
+            CRM_SYNC_CONFIG: configFile,
+            DATABASE_URL: url,
+            CRM_BASE_URL: sandbox.baseUrl,
+            CRM_TOKEN: sandbox.credentials.personalAccessToken,
+            CRM_WEBHOOK_SECRET: SECRET,
+            WEBHOOK_PORT: String(port),
+            LOG_LEVEL: "warn"
+          },
+          stdio: ["ignore", "ignore", "ignore"]
+        })
+        const exited = new Promise<NodeJS.Signals | number | null>((resolve) =>
+          child.on("exit", (code, signal) => resolve(signal ?? code))
+        )
+        return { child, exited }
+      }
+      const base = `http://127.0.0.1:${port}`
+      const sql = yield* PgClient.make({ url: Redacted.make(url), maxConnections: 3 }).pipe(
+        Effect.provide(Reactivity.layer)
+      )
+      const task = eventFixture("task.created") as { id: string }
+      const tasks = sql<{ n: number }>`SELECT count(*)::int AS n FROM crm.tasks WHERE id = ${task.id}`.pipe(
+        Effect.orDie
+      )
+      const inbox = sql<{ status: string; locked_by: string | null; attempts: number }>`
+        SELECT status, locked_by, attempts FROM crm_sync.webhook_inbox WHERE hook_id = 'msg_kill_1'`.pipe(Effect.orDie)
+
+      const first = start()
+      yield* Effect.addFinalizer(() => Effect.sync(() => first.child.kill("SIGKILL")))
+      yield* eventually("readiness", get(`${base}/readyz`), (response) => response.status === 200)
+
+      // Hold crm.tasks so the processor claims the delivery and then waits to write it.
+      const release = yield* Deferred.make<void>()
+      const holding = yield* Deferred.make<void>()
+      const holder = yield* Effect.forkChild(
+        sql.withTransaction(
+          Effect.gen(function* () {
+            yield* sql`LOCK TABLE crm.tasks IN SHARE MODE`
+            yield* Deferred.succeed(holding, undefined)
+            yield* Deferred.await(release)
+          })
+        )
+      )
+      yield* Deferred.await(holding)
+      assert.strictEqual(yield* deliver(base, "msg_kill_1", JSON.stringify(eventFixture("task.created"))), 200)
+      yield* eventually("the processor's claim", inbox, (rows) => rows[0]?.locked_by !== null && rows.length === 1)
+
+      first.child.kill("SIGKILL")
+      assert.strictEqual(yield* Effect.promise(() => first.exited), "SIGKILL")
+      yield* Deferred.succeed(release, undefined)
+      yield* Fiber.join(holder).pipe(Effect.orDie)
+      assert.strictEqual((yield* tasks)[0]!.n, 0, "not applied before the kill")
+      assert.notStrictEqual((yield* inbox)[0]!.status, "processed")
+
+      // The next daemon takes the dead process's claim once it has lapsed, and applies it.
+      const second = start()
+      yield* Effect.addFinalizer(() => Effect.sync(() => second.child.kill("SIGKILL")))
+      const processed = yield* eventually("the delivery processed", inbox, (rows) => rows[0]?.status === "processed")
+      assert.strictEqual((yield* tasks)[0]!.n, 1)
+      assert.strictEqual(processed[0]!.attempts, 2, "claimed by the killed daemon, then by the next")
+      second.child.kill("SIGTERM")
+      assert.strictEqual(yield* Effect.promise(() => second.exited), 0)
     }).pipe(Effect.scoped)
   )
 })

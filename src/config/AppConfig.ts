@@ -8,7 +8,7 @@
  * secrets, signing secrets, the encryption key and the database URL are `Redacted` from the
  * moment they are decoded, so no log line, error or `status` output can show them.
  */
-import { Config, Context, Effect, Layer, Option, Schema, SchemaIssue } from "effect"
+import { Config, Context, Duration, Effect, Layer, Option, Schema, SchemaIssue } from "effect"
 import { existsSync, readFileSync } from "node:fs"
 
 export class ConfigInvalid extends Schema.TaggedError<ConfigInvalid>()("ConfigInvalid", {
@@ -28,6 +28,13 @@ const Share = Schema.Finite.check(Schema.isBetween({ minimum: 0, maximum: 1 }))
 
 /** A duration such as "5 minutes", "6 hours", "30 seconds" (Duration.fromInput's forms). */
 const DurationString = Schema.DurationFromString
+
+/** A duration of at least a second (a lease shorter than that would be taken from under its holder). */
+const AtLeastASecond = DurationString.check(
+  Schema.makeFilter((duration: Duration.Duration) => Duration.toMillis(duration) >= 1_000, {
+    expected: 'a duration of at least 1 second, e.g. "2 minutes"'
+  })
+)
 
 const withDefault = <S extends Schema.Top>(schema: S, value: S["Encoded"]) =>
   schema.pipe(Schema.withDecodingDefaultKey(Effect.succeed(value)))
@@ -92,7 +99,9 @@ const Webhooks = Schema.Struct({
   tolerance: withDefault(DurationString, "5 minutes"),
   max_body_bytes: withDefault(PositiveInt, 262_144),
   max_attempts: withDefault(PositiveInt, 10),
-  retention: withDefault(DurationString, "14 days")
+  retention: withDefault(DurationString, "14 days"),
+  /** How long a processor's claim on inbox rows lasts before another may take them (its holder died). */
+  lease_timeout: withDefault(AtLeastASecond, "2 minutes")
 })
 
 const Schedules = Schema.Struct({

@@ -560,7 +560,10 @@ export class EventProcessor extends Context.Service<
           batchSize,
           concurrency,
           pollInterval: Duration.fromInputUnsafe(options.pollInterval ?? "5 seconds"),
-          leaseTimeout: Duration.fromInputUnsafe(options.leaseTimeout ?? "2 minutes"),
+          leaseTimeout:
+            options.leaseTimeout === undefined
+              ? config.webhooks.lease_timeout
+              : Duration.fromInputUnsafe(options.leaseTimeout),
           processBatch,
           drain
         })

@@ -99,6 +99,10 @@ describe("AppConfig", () => {
 
       const unknown = failure(yield* Effect.exit(decodeDocument({ webhook_prot: 1 })))
       assert.strictEqual(unknown.key, "webhook_prot")
+
+      const lease = failure(yield* Effect.exit(decodeDocument({ webhooks: { lease_timeout: "10 millis" } })))
+      assert.strictEqual(lease.key, "webhooks.lease_timeout")
+      assert.include(lease.line, "at least 1 second")
     })
   )
 })
