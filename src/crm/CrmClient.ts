@@ -410,15 +410,26 @@ const makeClient = Effect.fnUntraced(function* (connection: Connection) {
   const budget = yield* RateBudget
   const credentials = yield* Credentials
   const http = yield* HttpClient.HttpClient
-  // An OAuth grant's user bucket is shared with the user's other connections (spec §8, §5.4).
-  const userId =
-    connection.credential === "oauth" && connection.oauth !== undefined
-      ? yield* credentials.status(connection).pipe(
-          Effect.map((status) => status.userId),
-          Effect.orElseSucceed(() => undefined)
-        )
-      : undefined
-  const buckets = bucketsFor(connection, { userId })
+  // An OAuth grant's user bucket is shared with the user's other connections (spec §8, §5.4). The
+  // user is known once `connect` has recorded it, possibly after this client was made (a daemon
+  // started before `connect` ran in another shell): while it is unknown, it is looked up again
+  // whenever the token changes (`connect` stores a new one), and the buckets follow.
+  const oauthGrant = connection.credential === "oauth" && connection.oauth !== undefined
+  const lookUpUser = credentials.status(connection).pipe(
+    Effect.map((status) => status.userId),
+    Effect.orElseSucceed(() => undefined)
+  )
+  let userId = oauthGrant ? yield* lookUpUser : undefined
+  let buckets = bucketsFor(connection, { userId })
+  let lookedUpWith: string | undefined
+  const bucketsWith = (token: Redacted.Redacted<string>) =>
+    Effect.gen(function* () {
+      if (!oauthGrant || userId !== undefined || Redacted.value(token) === lookedUpWith) return buckets
+      lookedUpWith = Redacted.value(token)
+      userId = yield* lookUpUser
+      if (userId !== undefined) buckets = bucketsFor(connection, { userId })
+      return buckets
+    })
   const base = new URL(connection.base_url)
   const basePath = base.pathname.replace(/\/+$/, "")
 
@@ -456,7 +467,9 @@ const makeClient = Effect.fnUntraced(function* (connection: Connection) {
       if (Result.isFailure(token)) {
         return { kind: "failed", reason: token.failure.reason } satisfies Attempt as Attempt
       }
-      const permit = yield* budget.acquire(buckets, { priority: call.priority }).pipe(Effect.result)
+      const permit = yield* budget
+        .acquire(yield* bucketsWith(token.success), { priority: call.priority })
+        .pipe(Effect.result)
       if (Result.isFailure(permit)) {
         return {
           kind: "failed",
@@ -818,7 +831,9 @@ const makeClient = Effect.fnUntraced(function* (connection: Connection) {
 
   return CrmClient.of({
     connection,
-    buckets,
+    get buckets() {
+      return buckets
+    },
     me,
     access,
     listBooks,

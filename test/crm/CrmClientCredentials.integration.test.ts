@@ -61,7 +61,8 @@ const Config = Layer.unwrap(
       connections: [
         connection("oauth", yield* freePort),
         connection("forged", yield* freePort),
-        connection("second", yield* freePort)
+        connection("second", yield* freePort),
+        connection("late", yield* freePort)
       ],
       budget: { safety_margin: "50 millis" }
     })
@@ -205,6 +206,24 @@ layer(Stack, { excludeTestServices: true })("Credentials (OAuth)", (it) => {
         `token:oauth:${sandbox.credentials.oauthClientId}:${sandbox.credentials.userId}`
       )
       assert.strictEqual(userBucket(second.buckets), userBucket(first.buckets))
+    })
+  )
+
+  it.effect("a client made before connect takes the user's bucket once connect has recorded the user", () =>
+    Effect.gen(function* () {
+      const sandbox = yield* Sandbox
+      // As a daemon started before `connect` ran in another shell.
+      const client = yield* CrmClient.make("late")
+      assert.strictEqual(userBucket(client.buckets), "token:late")
+      yield* connectWith("late")
+      const since = yield* sandbox.admin.lastRequestSeq
+      yield* client.access()
+      const userKey = `token:oauth:${sandbox.credentials.oauthClientId}:${sandbox.credentials.userId}`
+      assert.strictEqual(userBucket(client.buckets), userKey)
+      // The request itself was counted in the user's bucket.
+      const status = yield* (yield* RateBudget).status(client.buckets)
+      assert.isAtLeast(status.find((bucket) => bucket.bucket === userKey)!.used, 1)
+      assert.isAtLeast((yield* sandbox.admin.requests({ since })).length, 1)
     })
   )
 
