@@ -98,6 +98,14 @@ export const CrmPriority = Context.Reference<Priority | undefined>("crm-sync/crm
   defaultValue: () => undefined
 })
 
+/**
+ * Told of every permit the calls of a fiber take, retries included: a caller with an allowance of
+ * requests (the reconciliation's budget share) counts what it actually spent, not its calls.
+ */
+export const CrmPermitSpent = Context.Reference<(() => void) | undefined>("crm-sync/crm/CrmPermitSpent", {
+  defaultValue: () => undefined
+})
+
 export interface BusinessQuery extends PageQuery {
   readonly book_id?: string | undefined
   /** Prefix or full-text name match (spec §4 rule 3). */
@@ -476,6 +484,8 @@ const makeClient = Effect.fnUntraced(function* (connection: Connection) {
           reason: new DatabaseUnavailable({ detail: "rate budget" })
         } satisfies Attempt as Attempt
       }
+      const spent = yield* CrmPermitSpent
+      if (spent !== undefined) spent()
       let request = HttpClientRequest.make(call.method)(url).pipe(
         HttpClientRequest.bearerToken(Redacted.value(token.success)),
         HttpClientRequest.acceptJson,

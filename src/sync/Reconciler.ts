@@ -35,7 +35,7 @@ import type { HttpClient } from "effect/http"
 import { AppConfig, ConfigInvalid } from "../config/AppConfig.ts"
 import { strictest } from "../budget/Buckets.ts"
 import { type BudgetError, RateBudget } from "../budget/RateBudget.ts"
-import { CrmClient, type CrmClientShape, type ListPage } from "../crm/CrmClient.ts"
+import { CrmClient, type CrmClientShape, CrmPermitSpent, type ListPage } from "../crm/CrmClient.ts"
 import type { Credentials } from "../crm/Credentials.ts"
 import { Tables } from "../warehouse/Tables.ts"
 import { type UpsertResult, Warehouse } from "../warehouse/Warehouse.ts"
@@ -448,9 +448,14 @@ export class Reconciler extends Context.Service<
                 resources[resource] = current
                 return false
               }
-              // Counted before it is sent: a request that fails has still been spent.
-              requests++
-              const page = yield* list(pageNumber)
+              // Every permit the page takes counts, retries included, as soon as it is taken: a
+              // request that fails has still been spent. The allowance can be overrun only by the
+              // retries of its last page.
+              const page = yield* list(pageNumber).pipe(
+                Effect.provideService(CrmPermitSpent, () => {
+                  requests++
+                })
+              )
               const total = page.pagination.total_count
               if (previousTotal !== undefined && total !== previousTotal) drifted = true
               previousTotal = total

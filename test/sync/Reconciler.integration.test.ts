@@ -253,6 +253,22 @@ layer(budgetHarness("6 seconds"), options)("budget share", (it) => {
   )
 })
 
+layer(budgetHarness("60 seconds"), options)("budget share with retries", (it) => {
+  it.effect("retries count against the share: the run sends what its report says, the 503s included", () =>
+    Effect.gen(function* () {
+      const sandbox = yield* Sandbox
+      yield* sandbox.admin.addFault({ kind: "status", status: 503, path: "/v1/*", times: 2 })
+      const before = yield* lastSeq
+      const run = yield* runOnce
+      const sent = yield* requestsSince(before)
+      assert.strictEqual(run.allowance, 10)
+      assert.strictEqual(sent.filter((entry) => entry.status === 503).length, 2)
+      assert.strictEqual(run.requests, sent.length, "every attempt is counted")
+      assert.strictEqual(sent.length, run.allowance, "the first page's two retries came out of the share")
+    })
+  )
+})
+
 layer(harness({ config: { schedules: { reconcile: "* * * * * *" } } }), options)("schedule", (it) => {
   it.effect("the daemon runs the reconciliation on its cron, recorded in job_runs", () =>
     Effect.gen(function* () {
