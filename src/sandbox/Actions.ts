@@ -480,6 +480,8 @@ export class SandboxActions extends Context.Service<
     createAnnuityContract(input: CreateAnnuityContractInput): Api<AnnuityContractRow>
     updateAnnuityContract(id: string, input: UpdateAnnuityContractInput): Api<AnnuityContractRow>
     deleteAnnuityContract(id: string): Api<void>
+    /** A project template (book or company-wide) disappears from the listings (no event). */
+    deleteProjectTemplate(id: string): Api<void>
     /**
      * One page-drift mutation among the books a crawl sees: `insert` a record, `update` one, or
      * `delete` one from before `offset` (so the crawl's later pages shift and it skips a record).
@@ -922,6 +924,13 @@ export class SandboxActions extends Context.Service<
             collection.remove(index)
           }).pipe(Effect.withSpan(`SandboxActions.${name}`))
 
+      const deleteProjectTemplate = Effect.fn("SandboxActions.deleteProjectTemplate")(function* (id: string) {
+        const world = yield* store.world
+        const index = world.templates.findIndex((template) => template.id === id)
+        if (index < 0) return yield* notFound(`project template ${id} not found`)
+        world.templates.splice(index, 1)
+      })
+
       const drift = Effect.fn("SandboxActions.drift")(function* (
         target: DriftTarget,
         action: DriftAction,
@@ -990,6 +999,7 @@ export class SandboxActions extends Context.Service<
         createAnnuityContract,
         updateAnnuityContract,
         deleteAnnuityContract: remover((world) => world.annuityContracts, "deleteAnnuityContract"),
+        deleteProjectTemplate,
         drift
       })
     })

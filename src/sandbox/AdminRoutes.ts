@@ -363,6 +363,9 @@ export const makeAdminRoutes = Effect.gen(function* () {
     route("DELETE", "/_sandbox/businesses/:id", (request) =>
       Effect.as(actions.deleteBusiness(param(request, "id")), noContent)
     ),
+    route("DELETE", "/_sandbox/project_templates/:id", (request) =>
+      Effect.as(actions.deleteProjectTemplate(param(request, "id")), noContent)
+    ),
     route("POST", "/_sandbox/financial_accounts", (request) =>
       Effect.flatMap(read(CreateFinancialAccountInput, request), (body) =>
         Effect.map(actions.createFinancialAccount(body), created)

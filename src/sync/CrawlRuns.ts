@@ -138,6 +138,8 @@ export class CrawlRuns extends Context.Service<
       run: CrawlRun,
       options: {
         readonly threshold: number
+        /** Deletions of at most this many records are never refused (small sets: a firm's books). */
+        readonly allowAtOnce?: number
         readonly deleteRecords: (ids: ReadonlyArray<string>) => Effect.Effect<number, WarehouseError>
       }
     ) => Effect.Effect<FinishResult, CrawlRunsError | WarehouseError>
@@ -229,6 +231,7 @@ export class CrawlRuns extends Context.Service<
         run: CrawlRun,
         options: {
           readonly threshold: number
+          readonly allowAtOnce?: number
           readonly deleteRecords: (ids: ReadonlyArray<string>) => Effect.Effect<number, WarehouseError>
         }
       ) {
@@ -262,7 +265,7 @@ export class CrawlRuns extends Context.Service<
         const notes: Array<string> = []
         let deleted = 0
         let refused = 0
-        if (ids.length > 0 && share > options.threshold) {
+        if (ids.length > (options.allowAtOnce ?? 0) && share > options.threshold) {
           refused = ids.length
           notes.push(
             `deletion refused: ${ids.length} of ${tracked} records (${percent(share)}) missing from two clean crawls, ` +

@@ -9,13 +9,32 @@
  * usable for it, so the same template comes back once per book; it is written once per refresh.
  * Every listing is read at `per_page=100` at the `bulk` priority. The daemon refreshes this every
  * `schedules.reference` (default 24 hours); the backfill does it first.
+ *
+ * Deletions show only as absence here too. A refresh that read everything has the whole listing of
+ * books and of templates, so it settles absences as a crawl does (CrawlRuns, one run per resource):
+ * a book or template missed by two complete refreshes in a row is marked deleted, and one that
+ * comes back is undeleted. A firm has a handful of books, so the mass-deletion threshold alone
+ * would refuse every deletion: one record at a time is always allowed, more only within it.
  */
-import { Context, Effect, Layer, Stream } from "effect"
+import { Context, DateTime, Effect, Layer, Stream } from "effect"
+import { SqlClient } from "effect/sql/SqlClient"
+import { AppConfig } from "../config/AppConfig.ts"
 import type { CrmClientShape } from "../crm/CrmClient.ts"
-import type { Source } from "../warehouse/Warehouse.ts"
+import type { Source, UpsertResult } from "../warehouse/Warehouse.ts"
 import { Warehouse } from "../warehouse/Warehouse.ts"
+import { CrawlRuns } from "./CrawlRuns.ts"
 import { idOf } from "./PageCrawler.ts"
 import { type SyncError, toSyncError } from "./SyncError.ts"
+
+const zero: UpsertResult = { inserted: 0, updated: 0, unchanged: 0, skipped: 0, rejected: 0 }
+
+const add = (a: UpsertResult, b: UpsertResult): UpsertResult => ({
+  inserted: a.inserted + b.inserted,
+  updated: a.updated + b.updated,
+  unchanged: a.unchanged + b.unchanged,
+  skipped: a.skipped + b.skipped,
+  rejected: a.rejected + b.rejected
+})
 
 export interface ReferenceProgress {
   readonly connection: string
@@ -34,6 +53,8 @@ export interface ReferenceSummary {
   readonly projectTemplates: number
   /** Template copies listed under more than one book (company-wide templates), written once. */
   readonly sharedTemplateCopies: number
+  /** Books and templates marked deleted: missed by this complete refresh and the one before. */
+  readonly deleted: number
   readonly inserted: number
   readonly updated: number
   readonly unchanged: number
@@ -55,12 +76,53 @@ export class ReferenceSync extends Context.Service<
     ReferenceSync,
     Effect.gen(function* () {
       const warehouse = yield* Warehouse
+      const runs = yield* CrawlRuns
+      const sql = yield* SqlClient
+      const threshold = (yield* AppConfig).sync.deletion_threshold
+
+      /** Records a complete listing of one resource and settles its absences (see the module comment). */
+      const settleAbsences = (
+        connection: string,
+        resource: "books" | "project_templates",
+        listing: { readonly ids: ReadonlyArray<string>; readonly counts: UpsertResult; readonly requests: number },
+        source: Source
+      ) =>
+        sql.withTransaction(
+          Effect.gen(function* () {
+            const run = yield* runs.open(connection, resource, source)
+            const recorded = yield* runs.recordBatch(run, {
+              lastPage: 1,
+              totalPages: 1,
+              totalCount: listing.ids.length,
+              ids: listing.ids,
+              counts: listing.counts,
+              requests: listing.requests,
+              rechecks: 0
+            })
+            const undeleted =
+              recorded.newlyTracked.length === 0
+                ? 0
+                : yield* warehouse.undelete(resource, recorded.newlyTracked, { source })
+            yield* runs.recordUndeleted(run, undeleted)
+            const now = yield* DateTime.now
+            return yield* runs.finishClean(run, {
+              threshold,
+              allowAtOnce: 1,
+              deleteRecords: (ids) =>
+                Effect.map(warehouse.markDeleted(resource, ids, now, { source }), (deleted) => deleted.deleted)
+            })
+          })
+        )
 
       const refresh = Effect.fn("ReferenceSync.refresh")(
         function* (client: CrmClientShape, options: ReferenceOptions) {
           const connection = client.connection.name
           const source = options.source
           const counts = { inserted: 0, updated: 0, unchanged: 0, rejected: 0 }
+          const byResource = {
+            books: { counts: zero, requests: 0 },
+            project_templates: { counts: zero, requests: 0 }
+          }
           let requests = 0
           let records = 0
           const bookIds: Array<string> = []
@@ -97,12 +159,15 @@ export class ReferenceSync extends Context.Service<
               Stream.runForEach((page) =>
                 Effect.gen(function* () {
                   requests++
+                  byResource.books.requests++
                   records += page.data.length
                   for (const raw of page.data) {
                     const id = idOf(raw)
                     if (id !== undefined && !bookIds.includes(id)) bookIds.push(id)
                   }
-                  tally(yield* warehouse.upsert("books", page.data, { source }))
+                  const written = yield* warehouse.upsert("books", page.data, { source })
+                  byResource.books.counts = add(byResource.books.counts, written)
+                  tally(written)
                   yield* progress("books")
                 })
               )
@@ -115,6 +180,7 @@ export class ReferenceSync extends Context.Service<
                 Stream.runForEach((page) =>
                   Effect.gen(function* () {
                     requests++
+                    byResource.project_templates.requests++
                     // Company-wide templates come back under every book (spec §4 rule 2).
                     const fresh = page.data.filter((raw) => {
                       const id = idOf(raw)
@@ -127,7 +193,11 @@ export class ReferenceSync extends Context.Service<
                       return true
                     })
                     records += fresh.length
-                    if (fresh.length > 0) tally(yield* warehouse.upsert("project_templates", fresh, { source }))
+                    if (fresh.length > 0) {
+                      const written = yield* warehouse.upsert("project_templates", fresh, { source })
+                      byResource.project_templates.counts = add(byResource.project_templates.counts, written)
+                      tally(written)
+                    }
                     yield* progress("project_templates")
                   })
                 )
@@ -136,12 +206,25 @@ export class ReferenceSync extends Context.Service<
           }
           yield* progress("project_templates")
 
+          // Every listing was read to its end: what was not in it is absent.
+          const books = yield* settleAbsences(connection, "books", { ids: bookIds, ...byResource.books }, source)
+          const templates = yield* settleAbsences(
+            connection,
+            "project_templates",
+            { ids: [...templateIds], ...byResource.project_templates },
+            source
+          )
+          for (const note of [books.note, templates.note]) {
+            if (note !== null) yield* Effect.logWarning(`reference: ${note}`)
+          }
+
           const summary: ReferenceSummary = {
             connection,
             requests,
             books: bookIds.length,
             projectTemplates: templateIds.size,
             sharedTemplateCopies,
+            deleted: books.deleted + templates.deleted,
             ...counts
           }
           yield* Effect.logInfo("reference: refreshed").pipe(
@@ -151,7 +234,8 @@ export class ReferenceSync extends Context.Service<
               books: summary.books,
               project_templates: summary.projectTemplates,
               inserted: counts.inserted,
-              updated: counts.updated
+              updated: counts.updated,
+              deleted: summary.deleted
             })
           )
           return summary

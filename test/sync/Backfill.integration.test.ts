@@ -101,9 +101,18 @@ layer(harness(), { timeout: 120_000, excludeTestServices: true })("backfill", (i
       assert.strictEqual(summary.requests, requests.length)
       assert.isTrue(summary.rows.every((row) => row.status === "done"))
 
-      // The crawls are recorded as complete, and the poll cursor starts where the business crawl did.
-      const runs = yield* sql<{ resource: string; status: string; seen: number; started_at: Date }>`
+      // The crawls (and the reference listings, read whole) are recorded as complete, and the poll
+      // cursor starts where the business crawl did.
+      const allRuns = yield* sql<{ resource: string; status: string; seen: number; started_at: Date }>`
         SELECT resource, status, seen, started_at FROM crm_sync.crawl_runs ORDER BY id`
+      const runs = allRuns.slice(2)
+      assert.deepStrictEqual(
+        allRuns.slice(0, 2).map((run) => [run.resource, run.status]),
+        [
+          ["books", "complete"],
+          ["project_templates", "complete"]
+        ]
+      )
       assert.deepStrictEqual(
         runs.map((run) => [run.resource, run.status, run.seen]),
         [
