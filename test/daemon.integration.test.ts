@@ -52,6 +52,33 @@ const eventually = <A>(what: string, probe: Effect.Effect<A>, check: (value: A) 
     return assert.fail(`timed out waiting for ${what}`)
   })
 
+/** The environment of a daemon syncing the sandbox into `url`, its webhooks on `port`. */
+const daemonEnv = (sandbox: Sandbox["Service"], url: string, port: number) => ({
+  PATH: process.env.PATH ?? "",
+  DATABASE_URL: url,
+  CRM_BASE_URL: sandbox.baseUrl,
+  CRM_TOKEN: sandbox.credentials.personalAccessToken,
+  CRM_WEBHOOK_SECRET: SECRET,
+  WEBHOOK_PORT: String(port),
+  LOG_LEVEL: "warn"
+})
+
+/** A signed delivery of a fixture to a running daemon; returns the HTTP status. */
+const deliver = (base: string, id: string, body: string) =>
+  Effect.promise(() => {
+    const timestamp = new Date()
+    return fetch(`${base}/webhooks/default`, {
+      method: "POST",
+      headers: {
+        "content-type": "application/json",
+        "hook-id": id,
+        "hook-timestamp": String(Math.floor(timestamp.getTime() / 1000)),
+        "hook-signature": new Webhook(SECRET).sign(id, timestamp, body)
+      },
+      body
+    }).then((response) => response.status)
+  })
+
 layer(
   Sandbox.layer({ records: 300, seed: 3, limits: { personal: { token: 100_000, company: 100_000, ip: 100_000 } } }),
   {
@@ -65,15 +92,7 @@ layer(
       const url = yield* freshDatabase
       const port = yield* freePort
       const child = spawn(process.execPath, [main, "run"], {
-        env: {
-          PATH: process.env.PATH ?? "",
-          DATABASE_URL: url,
-          CRM_BASE_URL: sandbox.baseUrl,
-          CRM_TOKEN: sandbox.credentials.personalAccessToken,
-          CRM_WEBHOOK_SECRET: SECRET,
-          WEBHOOK_PORT: String(port),
-          LOG_LEVEL: "warn"
-        },
+        env: daemonEnv(sandbox, url, port),
         stdio: ["ignore", "pipe", "pipe"]
       })
       let output = ""
@@ -101,23 +120,7 @@ layer(
       assert.notInclude(JSON.stringify(status), sandbox.credentials.personalAccessToken, "no secret in /status")
 
       // A signed delivery is accepted and applied.
-      const body = JSON.stringify(eventFixture("task.created"))
-      const id = "msg_daemon_test_1"
-      const timestamp = new Date()
-      const signature = new Webhook(SECRET).sign(id, timestamp, body)
-      const delivery = yield* Effect.promise(() =>
-        fetch(`${base}/webhooks/default`, {
-          method: "POST",
-          headers: {
-            "content-type": "application/json",
-            "hook-id": id,
-            "hook-timestamp": String(Math.floor(timestamp.getTime() / 1000)),
-            "hook-signature": signature
-          },
-          body
-        })
-      )
-      assert.strictEqual(delivery.status, 200)
+      assert.strictEqual(yield* deliver(base, "msg_daemon_test_1", JSON.stringify(eventFixture("task.created"))), 200)
 
       const sql = yield* PgClient.make({ url: Redacted.make(url), maxConnections: 1 }).pipe(
         Effect.provide(Reactivity.layer)
@@ -155,22 +158,6 @@ layer(
   )
 })
 
-/** A signed delivery of a fixture to a running daemon; returns the HTTP status. */
-const deliver = (base: string, id: string, body: string) =>
-  Effect.promise(() => {
-    const timestamp = new Date()
-    return fetch(`${base}/webhooks/default`, {
-      method: "POST",
-      headers: {
-        "content-type": "application/json",
-        "hook-id": id,
-        "hook-timestamp": String(Math.floor(timestamp.getTime() / 1000)),
-        "hook-signature": new Webhook(SECRET).sign(id, timestamp, body)
-      },
-      body
-    }).then((response) => response.status)
-  })
-
 layer(
   Sandbox.layer({ records: 100, seed: 5, limits: { personal: { token: 100_000, company: 100_000, ip: 100_000 } } }),
   { timeout: 120_000, excludeTestServices: true }
@@ -187,16 +174,7 @@ layer(
       writeFileSync(configFile, JSON.stringify({ webhooks: { lease_timeout: "2 seconds" } }))
       const start = () => {
         const child = spawn(process.execPath, [main, "run"], {
-          env: {
-            PATH: process.env.PATH ?? "",
-            CRM_SYNC_CONFIG: configFile,
-            DATABASE_URL: url,
-            CRM_BASE_URL: sandbox.baseUrl,
-            CRM_TOKEN: sandbox.credentials.personalAccessToken,
-            CRM_WEBHOOK_SECRET: SECRET,
-            WEBHOOK_PORT: String(port),
-            LOG_LEVEL: "warn"
-          },
+          env: { ...daemonEnv(sandbox, url, port), CRM_SYNC_CONFIG: configFile },
           stdio: ["ignore", "ignore", "ignore"]
         })
         const exited = new Promise<NodeJS.Signals | number | null>((resolve) =>

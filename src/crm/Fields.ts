@@ -20,6 +20,16 @@ const isLeapYear = (year: number) => (year % 4 === 0 && year % 100 !== 0) || yea
 const daysInMonth = (year: number, month: number) =>
   month === 2 ? (isLeapYear(year) ? 29 : 28) : month === 4 || month === 6 || month === 9 || month === 11 ? 30 : 31
 
+/** A date that exists, and a time of day PostgreSQL reads (24:00:00 and a leap second included). */
+const validDateTime = (year: number, month: number, day: number, hour: number, minute: number, second: number) =>
+  month >= 1 &&
+  month <= 12 &&
+  day >= 1 &&
+  day <= daysInMonth(year, month) &&
+  (hour < 24 || (hour === 24 && minute === 0 && second === 0)) &&
+  minute < 60 &&
+  second <= 60
+
 /** Two decimal digits at `index`, or -1. */
 const twoDigits = (value: string, index: number): number => {
   const tens = value.charCodeAt(index) - 48
@@ -64,15 +74,9 @@ const canonicalUtcMillis = (value: string): number | undefined => {
     if (!FRACTION.test(digits)) return undefined
     fraction = Number(digits) * 1000
   }
-  const valid =
-    month >= 1 &&
-    month <= 12 &&
-    day >= 1 &&
-    day <= daysInMonth(year, month) &&
-    (hour < 24 || (hour === 24 && minute === 0 && second === 0)) &&
-    minute < 60 &&
-    second <= 60
-  return valid ? Date.UTC(year, month - 1, day, hour, minute, second) + fraction : Number.NaN
+  return validDateTime(year, month, day, hour, minute, second)
+    ? Date.UTC(year, month - 1, day, hour, minute, second) + fraction
+    : Number.NaN
 }
 
 /**
@@ -87,16 +91,7 @@ export const timestampMillis = (value: string): number | undefined => {
   const part = (index: number) => (m[index] === undefined ? 0 : Number(m[index]))
   const [year, month, day, hour, minute, second, offsetHours, offsetMinutes] = [1, 2, 3, 4, 5, 6, 10, 11].map(part)
   const valid =
-    year >= 1 &&
-    month >= 1 &&
-    month <= 12 &&
-    day >= 1 &&
-    day <= daysInMonth(year, month) &&
-    (hour < 24 || (hour === 24 && minute === 0 && second === 0)) &&
-    minute < 60 &&
-    second <= 60 &&
-    offsetHours <= 15 &&
-    offsetMinutes < 60
+    year >= 1 && validDateTime(year, month, day, hour, minute, second) && offsetHours <= 15 && offsetMinutes < 60
   if (!valid) return undefined
   const fraction = m[7] === undefined ? 0 : Number(m[7]) * 1000
   const offset = (m[9] === "-" ? -1 : 1) * (offsetHours * 60 + offsetMinutes) * 60_000

@@ -31,12 +31,13 @@ import { AppConfig } from "../config/AppConfig.ts"
 import type { CrmClientShape, ListPage } from "../crm/CrmClient.ts"
 import type { CrmError } from "../crm/CrmError.ts"
 import {
+  addUpsertResults,
   combine,
   KnownReferences,
+  noWrites,
   type Prepared,
   prepare,
   type Source,
-  type UpsertResult,
   Warehouse
 } from "../warehouse/Warehouse.ts"
 import { type CrawlRun, CrawlRuns } from "./CrawlRuns.ts"
@@ -158,16 +159,6 @@ export const idOf = (raw: unknown): string | undefined => {
   const id = (raw as { readonly id?: unknown }).id
   return typeof id === "string" && id !== "" ? id : typeof id === "number" ? String(id) : undefined
 }
-
-const zeroCounts: UpsertResult = { inserted: 0, updated: 0, unchanged: 0, skipped: 0, rejected: 0 }
-
-const addCounts = (a: UpsertResult, b: UpsertResult): UpsertResult => ({
-  inserted: a.inserted + b.inserted,
-  updated: a.updated + b.updated,
-  unchanged: a.unchanged + b.unchanged,
-  skipped: a.skipped + b.skipped,
-  rejected: a.rejected + b.rejected
-})
 
 const RunTotals = Schema.Struct({
   seen: Schema.Number,
@@ -360,7 +351,7 @@ export class PageCrawler extends Context.Service<
 
           // Households and other references the crawl's records name, once merged.
           const known = new KnownReferences()
-          let counts = zeroCounts
+          let counts = noWrites
           let requests = 0
           let seen = run.seen
           let lastPage = run.nextPage - 1
@@ -379,7 +370,7 @@ export class PageCrawler extends Context.Service<
                 rejected: stored.counts.rejected,
                 undeleted: stored.undeleted
               })
-              counts = addCounts(counts, stored.counts)
+              counts = addUpsertResults(counts, stored.counts)
               requests += taken.success.length
               seen += stored.fresh
               lastPage = Math.max(lastPage, ...taken.success.filter((i) => !i.recheck).map((i) => i.page.page))

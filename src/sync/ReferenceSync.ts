@@ -21,20 +21,10 @@ import { SqlClient } from "effect/sql/SqlClient"
 import { AppConfig } from "../config/AppConfig.ts"
 import type { CrmClientShape } from "../crm/CrmClient.ts"
 import type { Source, UpsertResult } from "../warehouse/Warehouse.ts"
-import { Warehouse } from "../warehouse/Warehouse.ts"
+import { addUpsertResults, noWrites, Warehouse } from "../warehouse/Warehouse.ts"
 import { CrawlRuns } from "./CrawlRuns.ts"
 import { idOf } from "./PageCrawler.ts"
 import { type SyncError, toSyncError } from "./SyncError.ts"
-
-const zero: UpsertResult = { inserted: 0, updated: 0, unchanged: 0, skipped: 0, rejected: 0 }
-
-const add = (a: UpsertResult, b: UpsertResult): UpsertResult => ({
-  inserted: a.inserted + b.inserted,
-  updated: a.updated + b.updated,
-  unchanged: a.unchanged + b.unchanged,
-  skipped: a.skipped + b.skipped,
-  rejected: a.rejected + b.rejected
-})
 
 export interface ReferenceProgress {
   readonly connection: string
@@ -120,8 +110,8 @@ export class ReferenceSync extends Context.Service<
           const source = options.source
           const counts = { inserted: 0, updated: 0, unchanged: 0, rejected: 0 }
           const byResource = {
-            books: { counts: zero, requests: 0 },
-            project_templates: { counts: zero, requests: 0 }
+            books: { counts: noWrites, requests: 0 },
+            project_templates: { counts: noWrites, requests: 0 }
           }
           let requests = 0
           let records = 0
@@ -166,7 +156,7 @@ export class ReferenceSync extends Context.Service<
                     if (id !== undefined && !bookIds.includes(id)) bookIds.push(id)
                   }
                   const written = yield* warehouse.upsert("books", page.data, { source })
-                  byResource.books.counts = add(byResource.books.counts, written)
+                  byResource.books.counts = addUpsertResults(byResource.books.counts, written)
                   tally(written)
                   yield* progress("books")
                 })
@@ -195,7 +185,10 @@ export class ReferenceSync extends Context.Service<
                     records += fresh.length
                     if (fresh.length > 0) {
                       const written = yield* warehouse.upsert("project_templates", fresh, { source })
-                      byResource.project_templates.counts = add(byResource.project_templates.counts, written)
+                      byResource.project_templates.counts = addUpsertResults(
+                        byResource.project_templates.counts,
+                        written
+                      )
                       tally(written)
                     }
                     yield* progress("project_templates")

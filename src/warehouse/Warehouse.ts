@@ -49,6 +49,18 @@ export interface UpsertResult {
   readonly rejected: number
 }
 
+/** An `UpsertResult` of no records. */
+export const noWrites: UpsertResult = { inserted: 0, updated: 0, unchanged: 0, skipped: 0, rejected: 0 }
+
+/** Two writes' outcomes together. */
+export const addUpsertResults = (a: UpsertResult, b: UpsertResult): UpsertResult => ({
+  inserted: a.inserted + b.inserted,
+  updated: a.updated + b.updated,
+  unchanged: a.unchanged + b.unchanged,
+  skipped: a.skipped + b.skipped,
+  rejected: a.rejected + b.rejected
+})
+
 export interface WriteOptions {
   readonly source: Source
   /** Reference rows a long run of writes (a crawl) already knows exist (see `KnownReferences`). */
