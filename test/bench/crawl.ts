@@ -9,6 +9,10 @@
  * is the backfill's alone and the two do not share an event loop; PostgreSQL is a process of its
  * own too. Loopback only.
  *
+ * It also reads each process's CPU time from `/proc` (the backfill, PostgreSQL's server and its
+ * backends, the sandbox) and prints it per record written, with the rate the machine's cores
+ * could reach at that cost if they were busy all the time.
+ *
  * Targets: at least 20,000 records/s, and peak memory that does not grow with the record count
  * (at most 512 MB). The figures are printed and written into README.md and docs/sync.md between
  * the `bench:crawl` markers (`--no-docs` only prints).
