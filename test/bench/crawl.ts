@@ -15,7 +15,8 @@
  *
  * Targets: at least 20,000 records/s, and peak memory that does not grow with the record count
  * (at most 512 MB). The figures are printed and written into README.md and docs/sync.md between
- * the `bench:crawl` markers (`--no-docs` only prints).
+ * the `bench:crawl` markers (`--no-docs` only prints). Each size is measured in a process of its
+ * own (this file with `--measure`), on one embedded PostgreSQL.
  */
 import { NodeHttpClient } from "@effect/platform-node"
 import { PgClient } from "@effect/sql-pg"
@@ -221,6 +222,26 @@ const measure = (adminUrl: string, postmaster: number, size: number) =>
     })
   )
 
+/**
+ * One measurement in a process of its own, so that each size's memory starts from a fresh process
+ * rather than from what the previous size left in the allocator.
+ */
+const inFreshProcess = (adminUrl: string, postmaster: number, size: number) =>
+  Effect.callback<Figures>((resume) => {
+    const child = fork(fileURLToPath(import.meta.url), ["--measure", String(size), adminUrl, String(postmaster)], {
+      stdio: ["ignore", "inherit", "inherit", "ipc"]
+    })
+    let figures: Figures | undefined
+    child.once("message", (message) => (figures = message as Figures))
+    child.once("exit", (code) =>
+      resume(
+        figures === undefined
+          ? Effect.die(new Error(`the measurement of ${size} records exited (${code})`))
+          : Effect.succeed(figures)
+      )
+    )
+  })
+
 const main = Effect.gen(function* () {
   const folder = mkdtempSync(join(tmpdir(), "crm-sync-bench-crawl-"))
   yield* Effect.addFinalizer(() => Effect.sync(() => rmSync(folder, { recursive: true, force: true })))
@@ -230,7 +251,7 @@ const main = Effect.gen(function* () {
   const results: Array<Figures> = []
   for (const size of SIZES) {
     console.error(`backfilling ${size.toLocaleString("en-US")} financial accounts…`)
-    const figures = yield* measure(adminUrl, postmaster, size)
+    const figures = yield* inFreshProcess(adminUrl, postmaster, size)
     console.error(
       `  ${figures.records} records in ${figures.seconds.toFixed(1)} s: ${figures.recordsPerSecond}/s, peak RSS ${figures.peakRssMb} MB, ` +
         `CPU per record: backfill ${figures.cpu.backfill} µs, PostgreSQL ${figures.cpu.postgres} µs, sandbox ${figures.cpu.sandbox} µs`
@@ -267,8 +288,18 @@ const report = (results: ReadonlyArray<Figures>) => {
 }
 
 const sandboxSize = argument("--sandbox")
+const measureIndex = process.argv.indexOf("--measure")
 if (sandboxSize !== undefined) {
   Effect.runFork(runSandbox(Number(sandboxSize)))
+} else if (measureIndex >= 0) {
+  const [size, adminUrl, postmaster] = process.argv.slice(measureIndex + 1)
+  Effect.runPromise(measure(adminUrl!, Number(postmaster), Number(size))).then(
+    (figures) => process.send!(figures, () => process.exit(0)),
+    (error) => {
+      console.error(error)
+      process.exit(1)
+    }
+  )
 } else {
   Effect.runPromise(Effect.scoped(main)).then(
     async (results) => {
