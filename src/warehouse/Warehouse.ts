@@ -94,9 +94,6 @@ export class KnownReferences {
   discard(): void {
     this.#pending = []
   }
-  get size(): number {
-    return this.#settled.size
-  }
 }
 
 export interface DeleteResult {
