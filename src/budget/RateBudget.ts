@@ -15,8 +15,10 @@
  * one transaction per page was most of what the budget cost a fast crawl. The extra permits are
  * counted in the shared windows when taken, like any other, and held in this process for at most
  * `BULK_HOLD_MS` and never past the window's close (after which a request could reach the server in
- * its next window uncounted); a 429 drops them. What a finished crawl leaves unused (at most
- * `BULK_AHEAD - 1` per bucket set) is counted but never sent: conservative, never over the limit.
+ * its next window uncounted); a 429 drops them. How many one transaction takes grows with the room
+ * left (`bulkAhead`: 1 per 100, at most 32), and one fiber at a time refills them while the others
+ * wait for it. What a finished crawl leaves unused (at most 1% of the room, 31 at most, per bucket
+ * set) is counted but never sent: conservative, never over the limit.
  *
  * Why not `effect/persistence/RateLimiter`: its "fixed-window" store grows a per-key TTL by
  * `window / limit` per token, a smoothed limit rather than spec §8's window that begins at its
@@ -25,7 +27,7 @@
  * priorities and no externally imposed block (a 429's `Retry-After`); and its stores are memory
  * and Redis, where ours must be the PostgreSQL the processes already share.
  */
-import { Clock, Context, DateTime, Duration, Effect, Layer, Random, Schedule, Schema } from "effect"
+import { Clock, Context, DateTime, Duration, Effect, Layer, Random, Schedule, Schema, Semaphore } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
 import type { SqlError } from "effect/sql/SqlError"
 import { AppConfig } from "../config/AppConfig.ts"
@@ -124,8 +126,15 @@ const COLUMNS = `bucket, scope, request_limit, window_ms::float8 AS window_ms,
 /** Waking a little after the computed moment spreads processes that were waiting for the same one. */
 const wakeJitterMs = (waitMs: number) => Math.min(25, Math.ceil(waitMs * 0.02))
 
-/** Bulk permits taken per transaction when the windows have room (see the module comment). */
-const BULK_AHEAD = 4
+/** The most bulk permits one transaction takes (see the module comment). */
+const BULK_AHEAD_MAX = 32
+/**
+ * Bulk permits one transaction takes: one per 100 the windows still have room for, between 1 and
+ * `BULK_AHEAD_MAX`. What lapses unused is then at most 1% of what was left: under the spec's
+ * limits (500 or 1,000 requests an hour per token) a handful, and 32 only where the windows hold
+ * thousands.
+ */
+const bulkAhead = (room: number) => Math.min(BULK_AHEAD_MAX, Math.max(1, Math.floor(room / 100)))
 /** How long bulk permits taken ahead may wait for their request before they lapse. */
 const BULK_HOLD_MS = 1_000
 
@@ -240,17 +249,17 @@ const make = Effect.fnUntraced(function* (policy: Policy) {
 
   /**
    * One attempt: lock, decide, record. Returns the decision and the database's time. With `ahead`,
-   * takes up to that many permits when every bucket has room for them (at least `permits`).
+   * takes up to `bulkAhead` of the room every bucket has (at least `permits`).
    */
-  const attempt = (buckets: ReadonlyArray<BucketSpec>, permits: number, priority: Priority, ahead = permits) =>
+  const attempt = (buckets: ReadonlyArray<BucketSpec>, permits: number, priority: Priority, ahead = false) =>
     sql
       .withTransaction(
         Effect.gen(function* () {
           const rows = yield* lockRows(buckets)
           const now = Math.max(...rows.map((row) => row.now_ms))
           const states = rows.map(toState)
-          const room = Math.min(ahead, ...states.map((state) => grantable(state, now, priority, policy)))
-          const taken = Math.max(permits, room)
+          const room = Math.min(...states.map((state) => grantable(state, now, priority, policy)))
+          const taken = ahead ? Math.max(permits, Math.min(room, bulkAhead(room))) : permits
           const decision: Decision = decide(states, now, taken, priority, policy)
           if (decision.kind === "grant") {
             yield* sql`UPDATE crm_sync.rate_windows AS w
@@ -266,6 +275,20 @@ const make = Effect.fnUntraced(function* (policy: Policy) {
       .pipe(Effect.retry(transactionRetry), Effect.mapError(failWith("cannot take a permit from the rate budget")))
 
   const reservoirs = new Map<string, Reservoir>()
+  /**
+   * One refill at a time per bucket set in this process: acquirers that find the reservoir empty
+   * while another refills it wait for that refill instead of queueing on the same three row locks
+   * (each in a transaction of its own), and most then find a permit it took ahead.
+   */
+  const refills = new Map<string, Semaphore.Semaphore>()
+  const refillLock = (key: string) => {
+    let lock = refills.get(key)
+    if (lock === undefined) {
+      lock = Semaphore.makeUnsafe(1)
+      refills.set(key, lock)
+    }
+    return lock
+  }
 
   const acquire = Effect.fn("RateBudget.acquire")(function* (
     buckets: ReadonlyArray<BucketSpec>,
@@ -273,18 +296,19 @@ const make = Effect.fnUntraced(function* (policy: Policy) {
   ) {
     const permits = options.permits ?? 1
     const sorted = yield* validated(buckets, permits)
-    const ahead = options.priority === "bulk" && permits === 1 ? BULK_AHEAD : permits
+    const ahead = options.priority === "bulk" && permits === 1
     const key = reservoirKey(sorted)
     /** A permit taken ahead by this process for these buckets, if one is still good. */
     const takeHeld = Effect.map(Clock.currentTimeMillis, (local) => {
       const held = reservoirs.get(key)
-      if (ahead === permits || held === undefined || held.count === 0 || local >= held.until) return false
+      if (!ahead || held === undefined || held.count === 0 || local >= held.until) return false
       held.count--
       return true
     })
-    while (true) {
-      // Checked on every round: while this acquirer slept, another may have taken some ahead.
-      if (yield* takeHeld) return
+    /** Takes a permit (held, or from the windows), or says how long to wait before asking again. */
+    const round = Effect.gen(function* () {
+      // Checked on every round: while this acquirer waited, another may have taken some ahead.
+      if (yield* takeHeld) return undefined
       const { decision, now, taken } = yield* attempt(sorted, permits, options.priority, ahead)
       if (decision.kind === "grant") {
         if (taken > permits) {
@@ -301,14 +325,20 @@ const make = Effect.fnUntraced(function* (policy: Policy) {
             held.until = Math.min(held.until, until)
           } else reservoirs.set(key, { count: taken - permits, until })
         }
-        return
+        return undefined
       }
-      const waitMs = decision.until - now
+      return { waitMs: decision.until - now, bucket: decision.bucket, reason: decision.reason }
+    })
+    const guarded = ahead ? refillLock(key).withPermits(1)(round) : round
+    while (true) {
+      const denied = yield* guarded
+      if (denied === undefined) return
+      const { waitMs } = denied
       if (waitMs >= 1_000) {
         yield* Effect.logDebug("rate budget: waiting").pipe(
           Effect.annotateLogs({
-            bucket: decision.bucket,
-            reason: decision.reason,
+            bucket: denied.bucket,
+            reason: denied.reason,
             priority: options.priority,
             seconds: Math.round(waitMs / 100) / 10
           })

@@ -109,36 +109,57 @@ layer(RateBudget.layerWith(policy).pipe(Layer.provideMerge(TestDatabase)))("Rate
     })
   )
 
-  it.effect("takes bulk permits a few at a time, hands out the rest until they lapse, never past the limit", () =>
+  it.effect(
+    "takes bulk permits ahead by the room left, hands out the rest until they lapse, never past the limit",
+    () =>
+      Effect.gen(function* () {
+        const budget = yield* RateBudget
+        // Bulk work may use 800 of 1,000 (two reserves of 10%): one permit ahead per 100 of room.
+        const roomy = bucketsOf("ahead", { token: 1000, company: 10_000, ip: 10_000 })
+        yield* budget.acquire(roomy, { priority: "bulk" })
+        assert.strictEqual(yield* used("token:ahead"), 8)
+        for (let i = 0; i < 7; i++) yield* budget.acquire(roomy, { priority: "bulk" })
+        assert.strictEqual(yield* used("token:ahead"), 8)
+        yield* budget.acquire(roomy, { priority: "bulk" })
+        assert.strictEqual(yield* used("token:ahead"), 15, "792 left: 7 at once")
+
+        // A small window is taken one permit at a time, up to bulk's share of it and no further.
+        const small = bucketsOf("small", { token: 10, company: 1000, ip: 1000 })
+        for (let i = 0; i < 8; i++) {
+          yield* budget.acquire(small, { priority: "bulk" })
+          assert.strictEqual(yield* used("token:small"), i + 1)
+        }
+        const waiting = yield* Effect.forkChild(budget.acquire(small, { priority: "bulk" }))
+        yield* realPause
+        assert.isUndefined(waiting.pollUnsafe())
+        yield* Fiber.interrupt(waiting)
+        assert.strictEqual(yield* used("token:small"), 8)
+        // Interactive work takes its permits one at a time, and finds the reserve left for it.
+        yield* budget.acquire(small, { priority: "interactive" })
+        assert.strictEqual(yield* used("token:small"), 9)
+      })
+  )
+
+  it.effect("refills bulk permits once for acquirers arriving together", () =>
     Effect.gen(function* () {
       const budget = yield* RateBudget
-      const buckets = bucketsOf("ahead", { token: 10, company: 1000, ip: 1000 })
-      yield* budget.acquire(buckets, { priority: "bulk" })
-      assert.strictEqual(yield* used("token:ahead"), 4)
-      for (let i = 0; i < 3; i++) yield* budget.acquire(buckets, { priority: "bulk" })
-      assert.strictEqual(yield* used("token:ahead"), 4)
-      // Bulk work may use 8 of 10 (two reserves of 10%): the next four fit, then nothing more.
-      for (let i = 0; i < 4; i++) yield* budget.acquire(buckets, { priority: "bulk" })
-      assert.strictEqual(yield* used("token:ahead"), 8)
-      const waiting = yield* Effect.forkChild(budget.acquire(buckets, { priority: "bulk" }))
-      yield* realPause
-      assert.isUndefined(waiting.pollUnsafe())
-      yield* Fiber.interrupt(waiting)
-      assert.strictEqual(yield* used("token:ahead"), 8)
-      // Interactive work takes its permits one at a time, and finds the reserve left for it.
-      yield* budget.acquire(buckets, { priority: "interactive" })
-      assert.strictEqual(yield* used("token:ahead"), 9)
+      const buckets = bucketsOf("together", { token: 1000, company: 10_000, ip: 10_000 })
+      yield* Effect.all(
+        Array.from({ length: 6 }, () => budget.acquire(buckets, { priority: "bulk" })),
+        { concurrency: 6, discard: true }
+      )
+      assert.strictEqual(yield* used("token:together"), 8, "one transaction took 8, the other five used them")
     })
   )
 
   it.effect("lets held bulk permits lapse after a second, and drops them on a 429", () =>
     Effect.gen(function* () {
       const budget = yield* RateBudget
-      const buckets = bucketsOf("lapse", { token: 100, company: 1000, ip: 1000 })
+      const buckets = bucketsOf("lapse", { token: 1000, company: 10_000, ip: 10_000 })
       yield* budget.acquire(buckets, { priority: "bulk" })
       yield* TestClock.adjust("1001 millis")
       yield* budget.acquire(buckets, { priority: "bulk" })
-      assert.strictEqual(yield* used("token:lapse"), 8)
+      assert.strictEqual(yield* used("token:lapse"), 15, "the 7 left of the first 8 lapsed; 7 more taken")
       yield* budget.markExhausted(buckets, "token", Duration.seconds(60))
       const waiting = yield* Effect.forkChild(budget.acquire(buckets, { priority: "bulk" }))
       yield* realPause
