@@ -24,7 +24,21 @@
  *
  * The caller holds the resource's lease (`resourceLease` of JobLease) for the duration.
  */
-import { Cause, Clock, Context, DateTime, Effect, Fiber, Layer, Queue, Result, Schema } from "effect"
+import {
+  Cause,
+  Clock,
+  Context,
+  DateTime,
+  Deferred,
+  Effect,
+  Exit,
+  Fiber,
+  Layer,
+  Queue,
+  Result,
+  Schema,
+  Semaphore
+} from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
 import type { SqlError } from "effect/sql/SqlError"
 import { AppConfig } from "../config/AppConfig.ts"
@@ -40,7 +54,7 @@ import {
   type Source,
   Warehouse
 } from "../warehouse/Warehouse.ts"
-import { type CrawlRun, CrawlRuns } from "./CrawlRuns.ts"
+import { type CrawlRun, CrawlRuns, CrawlRunsError } from "./CrawlRuns.ts"
 import { describeFailure } from "./JobRuns.ts"
 import { recordOutcomes, recordRefused } from "./SyncMetrics.ts"
 import { type JobFailure, type SyncError, toSyncError } from "./SyncError.ts"
@@ -64,8 +78,15 @@ const REQUESTS_IN_FLIGHT = 6
  * waiting in memory is a page not yet stored.
  */
 const FETCH_AHEAD = 8
-/** Pages at most in one write transaction (only when the writer has fallen behind the fetcher). */
+/** Pages at most in one write transaction (only when the writers have fallen behind the fetcher). */
 const MAX_BATCH_PAGES = 10
+/**
+ * Write transactions at once. While one stores its records, the other finishes its bookkeeping
+ * and commits: PostgreSQL works on one batch while this process waits on the other's round trips.
+ * From an unthrottled sandbox two wrote 100,000 records about 10% faster than one
+ * (`test/bench/crawl.ts`). Commits stay in page order (see `storeBatch`).
+ */
+const WRITERS = 2
 /** Pages read again at most after one drop in the totals; beyond that the next crawl catches up. */
 const MAX_RECHECK_PAGES = 3
 
@@ -134,6 +155,13 @@ interface Fetched {
   readonly page: ListPage<unknown>
   readonly prepared: Prepared
   readonly recheck: boolean
+}
+
+/** A batch handed to a writer: its place in commit order, its record ids, and its outcome. */
+interface InFlight {
+  readonly ids: ReadonlySet<string>
+  /** true once its transaction committed, false if it rolled back. */
+  readonly done: Deferred.Deferred<boolean>
 }
 
 const listFor = (client: CrmClientShape, resource: CrawlResource) => {
@@ -251,27 +279,57 @@ export class PageCrawler extends Context.Service<
       const config = yield* AppConfig
       const threshold = config.sync.deletion_threshold
 
-      /** Stores a batch of fetched pages in one transaction; returns what it did. */
-      const storeBatch = (run: CrawlRun, batch: ReadonlyArray<Fetched>, known: KnownReferences) =>
-        sql
+      /**
+       * Stores a batch of fetched pages in one transaction; returns what it did. Two of these run
+       * at once (`WRITERS`), and they must neither commit out of page order (a crash between the
+       * two commits would leave `last_page` past pages never stored) nor wait on each other's row
+       * locks in both directions (a deadlock PostgreSQL cannot see, half of it being a wait in this
+       * process). So a batch
+       * - first waits for any earlier batch still in flight that holds one of its records (drift
+       *   duplicates, rare), so that it never locks a row an earlier batch will want;
+       * - writes its records, then waits for the batch before it to commit before it merges
+       *   references, marks records seen and moves `last_page` (rows that batch also touches);
+       * - fails, and rolls back, if that batch did not commit: the crawl stops there, resumable.
+       * An earlier batch never waits on a later one: lock waits only ever point backwards.
+       */
+      const storeBatch = (
+        run: CrawlRun,
+        batch: ReadonlyArray<Fetched>,
+        ids: ReadonlyArray<string>,
+        known: KnownReferences,
+        order: { readonly overlapping: ReadonlyArray<InFlight>; readonly previous: InFlight | undefined }
+      ) => {
+        const ledger = known.open()
+        const previousCommitted =
+          order.previous === undefined ? Effect.succeed(true) : Deferred.await(order.previous.done)
+        return sql
           .withTransaction(
             Effect.gen(function* () {
               // A stored page can always be read again, and its bookkeeping commits with it, so
               // the commit need not wait for the WAL flush: a database crash loses at most the
-              // last pages and their last_page together, and the crawl reads them again.
-              yield* sql`SET LOCAL synchronous_commit = off`
-              const records = batch.flatMap((item) => item.page.data)
+              // last pages and their last_page together, and the crawl reads them again. A lock
+              // held elsewhere for a minute (another process's cycle through the wait above) fails
+              // the batch instead of hanging the crawl: it resumes on its next run.
+              yield* sql`SELECT set_config('synchronous_commit', 'off', true), set_config('lock_timeout', '60s', true)`
+              for (const earlier of order.overlapping) yield* Deferred.await(earlier.done)
               const prepared = combine(
                 run.resource,
                 batch.map((item) => item.prepared)
               )
-              const counts = yield* warehouse.write(prepared, { source: run.source, known })
+              const counts = yield* warehouse.write(prepared, {
+                source: run.source,
+                known: ledger,
+                beforeReferences: Effect.asVoid(previousCommitted)
+              })
+              if (!(yield* previousCommitted)) {
+                return yield* new CrawlRunsError({
+                  operation: "PageCrawler.store",
+                  message: "an earlier batch of this crawl was not stored; this one is not either",
+                  cause: null
+                })
+              }
               const inOrder = batch.filter((item) => !item.recheck)
               const latest = (inOrder.length > 0 ? inOrder : batch).at(-1)!.page
-              const ids = records.flatMap((raw) => {
-                const id = idOf(raw)
-                return id === undefined ? [] : [id]
-              })
               const recorded = yield* runs.recordBatch(run, {
                 lastPage: inOrder.length > 0 ? Math.max(...inOrder.map((item) => item.page.page)) : 0,
                 totalPages: latest.pagination.total_pages,
@@ -295,10 +353,10 @@ export class PageCrawler extends Context.Service<
             })
           )
           .pipe(
-            Effect.tap(() => Effect.sync(() => known.settle())),
-            Effect.tapError(() => Effect.sync(() => known.discard())),
+            Effect.onExit((exit) => Effect.sync(() => (Exit.isSuccess(exit) ? ledger.settle() : ledger.discard()))),
             Effect.uninterruptible
           )
+      }
 
       const finish = (run: CrawlRun, options: CrawlOptions) =>
         sql
@@ -355,14 +413,45 @@ export class PageCrawler extends Context.Service<
           let requests = 0
           let seen = run.seen
           let lastPage = run.nextPage - 1
-          const body = Effect.gen(function* () {
-            while (true) {
+          /** Batches handed to a writer and not yet committed or rolled back, in commit order. */
+          const inFlight: Array<InFlight> = []
+          let last: InFlight | undefined
+          // Taking a batch and its place in commit order happen together.
+          const intake = Semaphore.makeUnsafe(1)
+          const take = intake.withPermits(1)(
+            Effect.gen(function* () {
               const taken = yield* Effect.result(Queue.takeBetween(queue, 1, MAX_BATCH_PAGES))
               if (Result.isFailure(taken)) {
-                if (Cause.isDone(taken.failure)) break
+                if (Cause.isDone(taken.failure)) return undefined
                 return yield* Effect.fail(taken.failure)
               }
-              const stored = yield* storeBatch(run, taken.success, known)
+              const ids = taken.success.flatMap((item) =>
+                item.page.data.flatMap((raw) => {
+                  const id = idOf(raw)
+                  return id === undefined ? [] : [id]
+                })
+              )
+              const self: InFlight = { ids: new Set(ids), done: Deferred.makeUnsafe<boolean>() }
+              const overlapping = inFlight.filter((other) => ids.some((id) => other.ids.has(id)))
+              const previous = last
+              inFlight.push(self)
+              last = self
+              return { batch: taken.success, ids, self, order: { overlapping, previous } }
+            })
+          )
+          const writer = Effect.gen(function* () {
+            while (true) {
+              const taken = yield* take
+              if (taken === undefined) return
+              const { batch, ids, self, order } = taken
+              const stored = yield* storeBatch(run, batch, ids, known, order).pipe(
+                Effect.onExit((exit) =>
+                  Effect.andThen(
+                    Effect.sync(() => inFlight.splice(inFlight.indexOf(self), 1)),
+                    Deferred.succeed(self.done, Exit.isSuccess(exit))
+                  )
+                )
+              )
               yield* recordOutcomes(resource, {
                 inserted: stored.counts.inserted,
                 updated: stored.counts.updated,
@@ -371,9 +460,9 @@ export class PageCrawler extends Context.Service<
                 undeleted: stored.undeleted
               })
               counts = addUpsertResults(counts, stored.counts)
-              requests += taken.success.length
+              requests += batch.length
               seen += stored.fresh
-              lastPage = Math.max(lastPage, ...taken.success.filter((i) => !i.recheck).map((i) => i.page.page))
+              lastPage = Math.max(lastPage, ...batch.filter((i) => !i.recheck).map((i) => i.page.page))
               if (options.onProgress !== undefined) {
                 yield* options.onProgress({
                   connection,
@@ -389,7 +478,12 @@ export class PageCrawler extends Context.Service<
                 })
               }
             }
-
+          })
+          const body = Effect.gen(function* () {
+            yield* Effect.all(
+              Array.from({ length: WRITERS }, () => writer),
+              { concurrency: WRITERS, discard: true }
+            )
             return yield* finish(run, options)
           }).pipe(Effect.onError(failRun))
           const finished = yield* body

@@ -64,35 +64,54 @@ export const addUpsertResults = (a: UpsertResult, b: UpsertResult): UpsertResult
 export interface WriteOptions {
   readonly source: Source
   /** Reference rows a long run of writes (a crawl) already knows exist (see `KnownReferences`). */
-  readonly known?: KnownReferences
+  readonly known?: ReferenceLedger
+  /**
+   * Runs once, after the records (and their child rows) are written and before any reference row
+   * is merged: a caller running two writes side by side holds the later one here until the
+   * earlier one committed, so the two never wait on each other's reference rows (PageCrawler).
+   */
+  readonly beforeReferences?: Effect.Effect<void>
+}
+
+/** What a write asks of `KnownReferences`: which references need no merging, and what it merged. */
+export interface ReferenceLedger {
+  has(key: string): boolean
+  add(keys: Iterable<string>): void
 }
 
 /**
  * The reference rows (users, teams, households) one run of writes has already merged, so that a
  * sighting that only names one (`{id}`, as every financial account names its household) is not
- * merged again batch after batch: merging a bare id into an existing row changes nothing. Keys
- * become known only when the caller says the transaction that wrote them committed (`settle`);
- * `discard` forgets the rest. Scope one to a single crawl: it does not see other writers.
+ * merged again batch after batch: merging a bare id into an existing row changes nothing. Each
+ * transaction writes through a ledger of its own (`open`); its keys become known only when the
+ * caller says that transaction committed (`settle`), and `discard` forgets them. Scope one to a
+ * single crawl: it does not see other writers.
  */
 export class KnownReferences {
   readonly #settled = new Set<string>()
-  #pending: Array<string> = []
   static key(resource: ReferenceResource, id: string): string {
     return `${resource}:${id}`
   }
   has(key: string): boolean {
     return this.#settled.has(key)
   }
-  /** Merged by a transaction not yet committed. */
-  add(keys: Iterable<string>): void {
-    for (const key of keys) this.#pending.push(key)
-  }
-  settle(): void {
-    for (const key of this.#pending) this.#settled.add(key)
-    this.#pending = []
-  }
-  discard(): void {
-    this.#pending = []
+  /** The ledger of one transaction. */
+  open(): ReferenceLedger & { settle(): void; discard(): void } {
+    const settled = this.#settled
+    let pending: Array<string> = []
+    return {
+      has: (key) => settled.has(key),
+      add: (keys) => {
+        for (const key of keys) pending.push(key)
+      },
+      settle: () => {
+        for (const key of pending) settled.add(key)
+        pending = []
+      },
+      discard: () => {
+        pending = []
+      }
+    }
   }
 }
 
@@ -531,7 +550,7 @@ export class Warehouse extends Context.Service<
         written: ReadonlyArray<Decoded>,
         table: AnyTable,
         source: Source,
-        known: KnownReferences | undefined
+        known: ReferenceLedger | undefined
       ) {
         const sightings = mergeSightings(written.flatMap((item) => table.sightings(item.record)))
         const keys: Array<string> = []
@@ -582,7 +601,7 @@ export class Warehouse extends Context.Service<
        * One chunk in one transaction: lock the stored parents (see BatchSql.lockRecords), write the
        * parents, then the children and references of those written.
        */
-      const writeChunk = (table: AnyTable, items: ReadonlyArray<Decoded>, source: Source, known?: KnownReferences) =>
+      const writeChunk = (table: AnyTable, items: ReadonlyArray<Decoded>, options: WriteOptions) =>
         sql
           .withTransaction(
             Effect.gen(function* () {
@@ -596,12 +615,12 @@ export class Warehouse extends Context.Service<
                 readonly changed_lists?: ReadonlyArray<string>
               }> =
                 table.kind === "record" && table.children.length === 0
-                  ? yield* writeWithoutChildren(table, items, rows, source)
+                  ? yield* writeWithoutChildren(table, items, rows, options.source)
                   : yield* sql.unsafe<{
                       id: string
                       outcome: WriteOutcome
                       changed_lists?: ReadonlyArray<string>
-                    }>(writeStatement(table), [rows, source])
+                    }>(writeStatement(table), [rows, options.source])
               const counts = emptyCounts()
               const byId = new Map(items.map((item) => [item.id, item]))
               const written: Array<Written> = []
@@ -616,18 +635,19 @@ export class Warehouse extends Context.Service<
               }
               if (written.length === 0) return { counts, references: [] }
               yield* replaceChildren(table, written)
+              if (options.beforeReferences !== undefined) yield* options.beforeReferences
               const references = yield* mergeReferences(
                 written.map((w) => w.item),
                 table,
-                source,
-                known
+                options.source,
+                options.known
               )
               return { counts, references }
             })
           )
           .pipe(
             Effect.map(({ counts, references }) => {
-              known?.add(references)
+              options.known?.add(references)
               return counts
             })
           )
@@ -640,10 +660,9 @@ export class Warehouse extends Context.Service<
         resource: Resource,
         table: AnyTable,
         items: ReadonlyArray<Decoded>,
-        source: Source,
-        known: KnownReferences | undefined
+        options: WriteOptions
       ): Effect.Effect<{ readonly counts: Counts; readonly rejected: ReadonlyArray<Rejected> }, SqlError> =>
-        writeChunk(table, items, source, known).pipe(
+        writeChunk(table, items, options).pipe(
           Effect.map((counts) => ({ counts, rejected: [] as ReadonlyArray<Rejected> })),
           Effect.catchIf(isRecordLevel, (error) => {
             if (items.length === 1) {
@@ -655,8 +674,8 @@ export class Warehouse extends Context.Service<
             }
             const middle = Math.ceil(items.length / 2)
             return Effect.zipWith(
-              writeIsolating(resource, table, items.slice(0, middle), source, known),
-              writeIsolating(resource, table, items.slice(middle), source, known),
+              writeIsolating(resource, table, items.slice(0, middle), options),
+              writeIsolating(resource, table, items.slice(middle), options),
               (a, b) => ({ counts: addCounts(a.counts, b.counts), rejected: [...a.rejected, ...b.rejected] })
             )
           })
@@ -676,7 +695,7 @@ export class Warehouse extends Context.Service<
           let refused = 0
           yield* storeRejected(rejected, options.source)
           for (const chunk of chunks(unique, CHUNK_SIZE)) {
-            const result = yield* writeIsolating(resource, table, chunk, options.source, options.known)
+            const result = yield* writeIsolating(resource, table, chunk, options)
             counts = addCounts(counts, result.counts)
             refused += result.rejected.length
             yield* storeRejected(result.rejected, options.source)

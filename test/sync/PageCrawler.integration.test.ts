@@ -254,3 +254,49 @@ layer(harness({ sandbox: { records: 2000 } }), options)("interrupted crawl", (it
     })
   )
 })
+
+layer(harness({ sandbox: { records: 2000 } }), options)("a batch the database refuses", (it) => {
+  it.effect("stops the crawl there: no later page is committed, and the next crawl resumes at it", () =>
+    Effect.gen(function* () {
+      const sql = yield* SqlClient
+      const truth = yield* listAll("/v1/financial_accounts")
+      const refused = String(truth[550]!.id)
+      // The database refuses one record of page 6, after holding its batch long enough for the
+      // batch after it to be written beside it.
+      yield* sql.unsafe(`CREATE FUNCTION public.refuse_one() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          IF NEW.id = '${refused}' THEN
+            PERFORM pg_sleep(0.5);
+            RAISE EXCEPTION 'refused for the test' USING ERRCODE = 'XX000';
+          END IF;
+          RETURN NEW;
+        END $$`)
+      yield* sql.unsafe(`CREATE TRIGGER refuse_one BEFORE INSERT ON crm.financial_accounts
+        FOR EACH ROW EXECUTE FUNCTION public.refuse_one()`)
+      const failed = yield* Effect.flip(crawl("financial_accounts"))
+      assert.include(failed.message, "crawl default financial_accounts")
+      const [run] = yield* sql<{ status: string; last_page: number; total_pages: number }>`
+        SELECT status, last_page, total_pages FROM crm_sync.crawl_runs`
+      assert.strictEqual(run!.status, "failed")
+      assert.isBelow(run!.last_page, 6)
+      // Stored: exactly the pages before the refused batch, none after it.
+      assert.deepStrictEqual(
+        yield* liveIds("financial_accounts"),
+        truth
+          .slice(0, run!.last_page * 100)
+          .map((record) => String(record.id))
+          .toSorted()
+      )
+
+      yield* sql.unsafe(`DROP TRIGGER refuse_one ON crm.financial_accounts`)
+      const before = yield* lastSeq
+      const resumed = yield* crawl("financial_accounts")
+      assert.isTrue(resumed.resumed)
+      assert.deepStrictEqual(
+        pagesAsked(yield* requestsSince(before), "/v1/financial_accounts"),
+        Array.from({ length: run!.total_pages - run!.last_page }, (_, i) => run!.last_page + 1 + i)
+      )
+      assert.deepStrictEqual(yield* compareTable("financial_accounts", truth), [])
+    })
+  )
+})
