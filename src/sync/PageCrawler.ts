@@ -51,6 +51,7 @@ import {
   noWrites,
   type Prepared,
   prepare,
+  refusedRecord,
   type Source,
   Warehouse
 } from "../warehouse/Warehouse.ts"
@@ -87,6 +88,8 @@ const MAX_BATCH_PAGES = 10
  * (`test/bench/crawl.ts`). Commits stay in page order (see `storeBatch`).
  */
 const WRITERS = 2
+/** The longest a batch waits for an earlier one to commit (see `committed`). */
+const BATCH_WAIT = "60 seconds"
 /** Pages read again at most after one drop in the totals; beyond that the next crawl catches up. */
 const MAX_RECHECK_PAGES = 3
 
@@ -280,6 +283,23 @@ export class PageCrawler extends Context.Service<
       const threshold = config.sync.deletion_threshold
 
       /**
+       * Whether a batch committed. A wait longer than `BATCH_WAIT` counts as not: it breaks a cycle
+       * of waits that runs through another process (this batch's rows wanted by a transaction that
+       * holds what the batch before needs), which PostgreSQL cannot see; the crawl then stops,
+       * resumable, instead of hanging.
+       */
+      const committed = (batch: InFlight) =>
+        Deferred.await(batch.done).pipe(
+          Effect.timeoutOption(BATCH_WAIT),
+          Effect.map((outcome) => outcome._tag === "Some" && outcome.value)
+        )
+      const notStored = new CrawlRunsError({
+        operation: "PageCrawler.store",
+        message: "an earlier batch of this crawl was not stored (it failed, or took over a minute); nor is this one",
+        cause: null
+      })
+
+      /**
        * Stores a batch of fetched pages in one transaction; returns what it did. Two of these run
        * at once (`WRITERS`), and they must neither commit out of page order (a crash between the
        * two commits would leave `last_page` past pages never stored) nor wait on each other's row
@@ -300,18 +320,22 @@ export class PageCrawler extends Context.Service<
         order: { readonly overlapping: ReadonlyArray<InFlight>; readonly previous: InFlight | undefined }
       ) => {
         const ledger = known.open()
-        const previousCommitted =
-          order.previous === undefined ? Effect.succeed(true) : Deferred.await(order.previous.done)
-        return sql
-          .withTransaction(
+        let previousOutcome: boolean | undefined = order.previous === undefined ? true : undefined
+        const previousCommitted = Effect.suspend(() =>
+          previousOutcome !== undefined || order.previous === undefined
+            ? Effect.succeed(previousOutcome ?? true)
+            : Effect.tap(committed(order.previous), (outcome) => Effect.sync(() => (previousOutcome = outcome)))
+        )
+        /**
+         * One try. The first takes no savepoint per chunk (`isolate: false`); if PostgreSQL refuses
+         * a record it rolls back, and the second sets the refused records aside one by one.
+         */
+        const attempt = (isolate: boolean) =>
+          sql.withTransaction(
             Effect.gen(function* () {
-              // A stored page can always be read again, and its bookkeeping commits with it, so
-              // the commit need not wait for the WAL flush: a database crash loses at most the
-              // last pages and their last_page together, and the crawl reads them again. A lock
-              // held elsewhere for a minute (another process's cycle through the wait above) fails
-              // the batch instead of hanging the crawl: it resumes on its next run.
-              yield* sql`SELECT set_config('synchronous_commit', 'off', true), set_config('lock_timeout', '60s', true)`
-              for (const earlier of order.overlapping) yield* Deferred.await(earlier.done)
+              for (const earlier of order.overlapping) {
+                if (!(yield* committed(earlier))) return yield* notStored
+              }
               const prepared = combine(
                 run.resource,
                 batch.map((item) => item.prepared)
@@ -319,15 +343,10 @@ export class PageCrawler extends Context.Service<
               const counts = yield* warehouse.write(prepared, {
                 source: run.source,
                 known: ledger,
-                beforeReferences: Effect.asVoid(previousCommitted)
+                beforeReferences: Effect.asVoid(previousCommitted),
+                isolate
               })
-              if (!(yield* previousCommitted)) {
-                return yield* new CrawlRunsError({
-                  operation: "PageCrawler.store",
-                  message: "an earlier batch of this crawl was not stored; this one is not either",
-                  cause: null
-                })
-              }
+              if (!(yield* previousCommitted)) return yield* notStored
               const inOrder = batch.filter((item) => !item.recheck)
               const latest = (inOrder.length > 0 ? inOrder : batch).at(-1)!.page
               const recorded = yield* runs.recordBatch(run, {
@@ -352,10 +371,18 @@ export class PageCrawler extends Context.Service<
               return { counts, latest, fresh: recorded.fresh, undeleted }
             })
           )
-          .pipe(
-            Effect.onExit((exit) => Effect.sync(() => (Exit.isSuccess(exit) ? ledger.settle() : ledger.discard()))),
-            Effect.uninterruptible
-          )
+        return attempt(false).pipe(
+          Effect.catchIf(
+            (error) => error._tag === "WarehouseError" && refusedRecord(error),
+            () =>
+              Effect.andThen(
+                Effect.sync(() => ledger.discard()),
+                attempt(true)
+              )
+          ),
+          Effect.onExit((exit) => Effect.sync(() => (Exit.isSuccess(exit) ? ledger.settle() : ledger.discard()))),
+          Effect.uninterruptible
+        )
       }
 
       const finish = (run: CrawlRun, options: CrawlOptions) =>

@@ -12,9 +12,9 @@
  * Called inside a transaction of the caller's (the webhook processor settles its inbox rows with
  * the writes), the chunk transactions become savepoints of it.
  */
-import { Context, DateTime, Effect, Layer, Option, Result, Schema } from "effect"
+import { Context, DateTime, Effect, identity, Layer, Option, Result, Schema } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
-import { ConstraintError, type SqlError, UniqueViolation, UnknownError } from "effect/sql/SqlError"
+import { ConstraintError, isSqlError, type SqlError, UniqueViolation, UnknownError } from "effect/sql/SqlError"
 import { timestampMillis } from "../crm/Fields.ts"
 import * as BatchSql from "./BatchSql.ts"
 import type { WriteOutcome } from "./BatchSql.ts"
@@ -71,6 +71,13 @@ export interface WriteOptions {
    * earlier one committed, so the two never wait on each other's reference rows (PageCrawler).
    */
   readonly beforeReferences?: Effect.Effect<void>
+  /**
+   * false: the caller runs the write inside a transaction of its own and, when PostgreSQL refuses
+   * a record (`refusedRecord`), rolls it back and writes again without this. The write then takes
+   * no savepoint per chunk — two statements fewer — and a refused record fails it instead of being
+   * set aside. Default true.
+   */
+  readonly isolate?: boolean
 }
 
 /** What a write asks of `KnownReferences`: which references need no merging, and what it merged. */
@@ -413,6 +420,9 @@ const isRecordLevel = (error: SqlError): boolean => {
   return code !== undefined && /^(22|23|54|P0)/.test(code)
 }
 
+/** Whether a write failed because PostgreSQL refused a record's data (see `WriteOptions.isolate`). */
+export const refusedRecord = (error: WarehouseError): boolean => isSqlError(error.cause) && isRecordLevel(error.cause)
+
 const describeRefusal = (error: SqlError): string => {
   const cause = error.reason.cause
   const detail = isObject(cause) && typeof cause.message === "string" ? cause.message : error.message
@@ -602,55 +612,53 @@ export class Warehouse extends Context.Service<
        * parents, then the children and references of those written.
        */
       const writeChunk = (table: AnyTable, items: ReadonlyArray<Decoded>, options: WriteOptions) =>
-        sql
-          .withTransaction(
-            Effect.gen(function* () {
-              const rows = `[${items.map((item) => item.json).join(",")}]`
-              if (table.kind === "record" && table.children.length > 0) {
-                yield* sql.unsafe(BatchSql.lockRecords(table), [items.map((item) => item.id)])
-              }
-              const outcomes: ReadonlyArray<{
-                readonly id: string
-                readonly outcome: WriteOutcome
-                readonly changed_lists?: ReadonlyArray<string>
-              }> =
-                table.kind === "record" && table.children.length === 0
-                  ? yield* writeWithoutChildren(table, items, rows, options.source)
-                  : yield* sql.unsafe<{
-                      id: string
-                      outcome: WriteOutcome
-                      changed_lists?: ReadonlyArray<string>
-                    }>(writeStatement(table), [rows, options.source])
-              const counts = emptyCounts()
-              const byId = new Map(items.map((item) => [item.id, item]))
-              const written: Array<Written> = []
-              for (const { id, outcome, changed_lists } of outcomes) {
-                counts[outcome] += 1
-                if (outcome !== "inserted" && outcome !== "updated") continue
-                written.push({
-                  item: byId.get(id)!,
-                  inserted: outcome === "inserted",
-                  changedLists: new Set(changed_lists ?? [])
-                })
-              }
-              if (written.length === 0) return { counts, references: [] }
-              yield* replaceChildren(table, written)
-              if (options.beforeReferences !== undefined) yield* options.beforeReferences
-              const references = yield* mergeReferences(
-                written.map((w) => w.item),
-                table,
-                options.source,
-                options.known
-              )
-              return { counts, references }
-            })
-          )
-          .pipe(
-            Effect.map(({ counts, references }) => {
-              options.known?.add(references)
-              return counts
-            })
-          )
+        (options.isolate === false ? identity : sql.withTransaction)(
+          Effect.gen(function* () {
+            const rows = `[${items.map((item) => item.json).join(",")}]`
+            if (table.kind === "record" && table.children.length > 0) {
+              yield* sql.unsafe(BatchSql.lockRecords(table), [items.map((item) => item.id)])
+            }
+            const outcomes: ReadonlyArray<{
+              readonly id: string
+              readonly outcome: WriteOutcome
+              readonly changed_lists?: ReadonlyArray<string>
+            }> =
+              table.kind === "record" && table.children.length === 0
+                ? yield* writeWithoutChildren(table, items, rows, options.source)
+                : yield* sql.unsafe<{
+                    id: string
+                    outcome: WriteOutcome
+                    changed_lists?: ReadonlyArray<string>
+                  }>(writeStatement(table), [rows, options.source])
+            const counts = emptyCounts()
+            const byId = new Map(items.map((item) => [item.id, item]))
+            const written: Array<Written> = []
+            for (const { id, outcome, changed_lists } of outcomes) {
+              counts[outcome] += 1
+              if (outcome !== "inserted" && outcome !== "updated") continue
+              written.push({
+                item: byId.get(id)!,
+                inserted: outcome === "inserted",
+                changedLists: new Set(changed_lists ?? [])
+              })
+            }
+            if (written.length === 0) return { counts, references: [] }
+            yield* replaceChildren(table, written)
+            if (options.beforeReferences !== undefined) yield* options.beforeReferences
+            const references = yield* mergeReferences(
+              written.map((w) => w.item),
+              table,
+              options.source,
+              options.known
+            )
+            return { counts, references }
+          })
+        ).pipe(
+          Effect.map(({ counts, references }) => {
+            options.known?.add(references)
+            return counts
+          })
+        )
 
       /**
        * Writes a chunk; if PostgreSQL refuses something about the data, halves it and tries each
@@ -664,21 +672,24 @@ export class Warehouse extends Context.Service<
       ): Effect.Effect<{ readonly counts: Counts; readonly rejected: ReadonlyArray<Rejected> }, SqlError> =>
         writeChunk(table, items, options).pipe(
           Effect.map((counts) => ({ counts, rejected: [] as ReadonlyArray<Rejected> })),
-          Effect.catchIf(isRecordLevel, (error) => {
-            if (items.length === 1) {
-              const item = items[0]!
-              return Effect.succeed({
-                counts: emptyCounts(),
-                rejected: [{ resource, recordId: item.id, raw: item.raw, error: describeRefusal(error) }]
-              })
+          Effect.catchIf(
+            (error) => options.isolate !== false && isRecordLevel(error),
+            (error) => {
+              if (items.length === 1) {
+                const item = items[0]!
+                return Effect.succeed({
+                  counts: emptyCounts(),
+                  rejected: [{ resource, recordId: item.id, raw: item.raw, error: describeRefusal(error) }]
+                })
+              }
+              const middle = Math.ceil(items.length / 2)
+              return Effect.zipWith(
+                writeIsolating(resource, table, items.slice(0, middle), options),
+                writeIsolating(resource, table, items.slice(middle), options),
+                (a, b) => ({ counts: addCounts(a.counts, b.counts), rejected: [...a.rejected, ...b.rejected] })
+              )
             }
-            const middle = Math.ceil(items.length / 2)
-            return Effect.zipWith(
-              writeIsolating(resource, table, items.slice(0, middle), options),
-              writeIsolating(resource, table, items.slice(middle), options),
-              (a, b) => ({ counts: addCounts(a.counts, b.counts), rejected: [...a.rejected, ...b.rejected] })
-            )
-          })
+          )
         )
 
       const write = Effect.fn("Warehouse.write")(

@@ -9,6 +9,7 @@ import { Effect, Fiber } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
 import { Sandbox } from "../../src/sandbox/Sandbox.ts"
 import { type CrawlResource, PageCrawler } from "../../src/sync/PageCrawler.ts"
+import { Warehouse } from "../../src/warehouse/Warehouse.ts"
 import { compareTable } from "./compare.ts"
 import { client, harness, lastSeq, listAll, pagesAsked, requestsSince } from "./harness.ts"
 
@@ -297,6 +298,38 @@ layer(harness({ sandbox: { records: 2000 } }), options)("a batch the database re
         Array.from({ length: run!.total_pages - run!.last_page }, (_, i) => run!.last_page + 1 + i)
       )
       assert.deepStrictEqual(yield* compareTable("financial_accounts", truth), [])
+    })
+  )
+})
+
+layer(harness({ sandbox: { records: 2000 } }), options)("a record the database refuses", (it) => {
+  it.effect("is set aside with PostgreSQL's reason; the crawl stores the rest and completes", () =>
+    Effect.gen(function* () {
+      const sql = yield* SqlClient
+      const warehouse = yield* Warehouse
+      const truth = yield* listAll("/v1/financial_accounts")
+      const refused = String(truth[420]!.id)
+      yield* sql.unsafe(`CREATE FUNCTION public.refuse_record() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          IF NEW.id = '${refused}' THEN RAISE EXCEPTION 'account refused for the test'; END IF;
+          RETURN NEW;
+        END $$`)
+      yield* sql.unsafe(`CREATE TRIGGER refuse_record BEFORE INSERT ON crm.financial_accounts
+        FOR EACH ROW EXECUTE FUNCTION public.refuse_record()`)
+      const summary = yield* crawl("financial_accounts")
+      assert.strictEqual(summary.rejected, 1)
+      assert.strictEqual(summary.inserted, truth.length - 1)
+      const [set] = yield* warehouse.undecodable("financial_accounts")
+      assert.strictEqual(set!.recordId, refused)
+      assert.include(set!.error, "P0001")
+      assert.include(set!.error, "account refused for the test")
+      assert.deepStrictEqual(
+        yield* compareTable(
+          "financial_accounts",
+          truth.filter((record) => record.id !== refused)
+        ),
+        []
+      )
     })
   )
 })
