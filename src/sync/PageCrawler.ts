@@ -259,6 +259,18 @@ const fetchPages = (
     }).pipe(Effect.ensuring(stopAll))
   })
 
+/**
+ * Whether a batch committed. A wait longer than `BATCH_WAIT` counts as not: it breaks a cycle
+ * of waits that runs through another process (this batch's rows wanted by a transaction that
+ * holds what the batch before needs), which PostgreSQL cannot see; the crawl then stops,
+ * resumable, instead of hanging.
+ */
+const committed = (batch: InFlight) =>
+  Deferred.await(batch.done).pipe(
+    Effect.timeoutOption(BATCH_WAIT),
+    Effect.map((outcome) => outcome._tag === "Some" && outcome.value)
+  )
+
 export class PageCrawler extends Context.Service<
   PageCrawler,
   {
@@ -282,17 +294,6 @@ export class PageCrawler extends Context.Service<
       const config = yield* AppConfig
       const threshold = config.sync.deletion_threshold
 
-      /**
-       * Whether a batch committed. A wait longer than `BATCH_WAIT` counts as not: it breaks a cycle
-       * of waits that runs through another process (this batch's rows wanted by a transaction that
-       * holds what the batch before needs), which PostgreSQL cannot see; the crawl then stops,
-       * resumable, instead of hanging.
-       */
-      const committed = (batch: InFlight) =>
-        Deferred.await(batch.done).pipe(
-          Effect.timeoutOption(BATCH_WAIT),
-          Effect.map((outcome) => outcome._tag === "Some" && outcome.value)
-        )
       const notStored = new CrawlRunsError({
         operation: "PageCrawler.store",
         message: "an earlier batch of this crawl was not stored (it failed, or took over a minute); nor is this one",

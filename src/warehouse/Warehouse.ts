@@ -249,7 +249,12 @@ const decoderOf = (table: AnyTable) => {
   let decode = decoders.get(table)
   if (decode === undefined) {
     const run = Schema.decodeUnknownResult(table.schema)
-    decode = (input: unknown) => run(input, { errors: "all" })
+    // Stopping at the first issue is the cheaper pass (most records are valid); a record that
+    // fails is decoded again for every issue, which its rejection reports.
+    decode = (input: unknown) => {
+      const first = run(input, { errors: "first" })
+      return Result.isSuccess(first) ? first : run(input, { errors: "all" })
+    }
     decoders.set(table, decode)
   }
   return decode
