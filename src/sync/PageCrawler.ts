@@ -5,11 +5,12 @@
  * fewest requests), at the `bulk` priority of the shared budget.
  *
  * A fetcher reads pages in order (up to six requests in flight once the page count is known) and
- * decodes each as it arrives, into a small queue while the writer stores them, several queued
- * pages to one transaction when it falls behind. Each transaction stores the records (the warehouse's forward-only upsert: an
- * unchanged record is not rewritten), marks them seen (CrawlRuns), undeletes any that had been
- * deleted by absence, and advances `crawl_runs.last_page` — all or nothing, and uninterruptibly, so
- * a SIGTERM lets the page in hand commit and a crash loses at most pages not yet committed. A
+ * decodes each as it arrives, into a small queue while two writers store them, several queued
+ * pages to one transaction when they fall behind. Each transaction stores the records (the
+ * warehouse's forward-only upsert: an unchanged record is not rewritten), marks them seen
+ * (CrawlRuns), undeletes any that had been deleted by absence, and advances
+ * `crawl_runs.last_page` — all or nothing, uninterruptibly, and in page order (`storeBatch`), so a
+ * SIGTERM lets the pages in hand commit and a crash loses at most pages not yet committed. A
  * restarted crawl resumes after `last_page` without asking for the stored pages again.
  *
  * Page drift: pages are offsets into a list that can change while it is read. Records created
