@@ -317,75 +317,71 @@ export class PageCrawler extends Context.Service<
       const storeBatch = (
         run: CrawlRun,
         batch: ReadonlyArray<Fetched>,
-        ids: ReadonlyArray<string>,
+        ids: { readonly all: ReadonlyArray<string>; readonly unique: number },
         known: KnownReferences,
         order: { readonly overlapping: ReadonlyArray<InFlight>; readonly previous: InFlight | undefined }
-      ) => {
-        const ledger = known.open()
-        let previousOutcome: boolean | undefined = order.previous === undefined ? true : undefined
-        const previousCommitted = Effect.suspend(() =>
-          previousOutcome !== undefined || order.previous === undefined
-            ? Effect.succeed(previousOutcome ?? true)
-            : Effect.tap(committed(order.previous), (outcome) => Effect.sync(() => (previousOutcome = outcome)))
-        )
-        /**
-         * One try. The first takes no savepoint per chunk (`isolate: false`); if PostgreSQL refuses
-         * a record it rolls back, and the second sets the refused records aside one by one.
-         */
-        const attempt = (isolate: boolean) =>
-          sql.withTransaction(
-            Effect.gen(function* () {
-              for (const earlier of order.overlapping) {
-                if (!(yield* committed(earlier))) return yield* notStored
-              }
-              const prepared = combine(
-                run.resource,
-                batch.map((item) => item.prepared)
-              )
-              const counts = yield* warehouse.write(prepared, {
-                source: run.source,
-                known: ledger,
-                beforeReferences: Effect.asVoid(previousCommitted),
-                isolate
+      ) =>
+        Effect.gen(function* () {
+          const ledger = known.open()
+          // Asked twice (before references, and before the bookkeeping), waited for once.
+          const previousCommitted =
+            order.previous === undefined ? Effect.succeed(true) : yield* Effect.cached(committed(order.previous))
+          /**
+           * One try. The first takes no savepoint per chunk (`isolate: false`); if PostgreSQL refuses
+           * a record it rolls back, and the second sets the refused records aside one by one.
+           */
+          const attempt = (isolate: boolean) =>
+            sql.withTransaction(
+              Effect.gen(function* () {
+                for (const earlier of order.overlapping) {
+                  if (!(yield* committed(earlier))) return yield* notStored
+                }
+                const prepared = combine(
+                  run.resource,
+                  batch.map((item) => item.prepared)
+                )
+                const counts = yield* warehouse.write(prepared, {
+                  source: run.source,
+                  known: ledger,
+                  beforeReferences: Effect.asVoid(previousCommitted),
+                  isolate
+                })
+                if (!(yield* previousCommitted)) return yield* notStored
+                const inOrder = batch.filter((item) => !item.recheck)
+                const latest = (inOrder.length > 0 ? inOrder : batch).at(-1)!.page
+                const recorded = yield* runs.recordBatch(run, {
+                  lastPage: inOrder.length > 0 ? Math.max(...inOrder.map((item) => item.page.page)) : 0,
+                  totalPages: latest.pagination.total_pages,
+                  totalCount: latest.pagination.total_count,
+                  ids: ids.all,
+                  counts,
+                  requests: batch.length,
+                  rechecks: batch.length - inOrder.length
+                })
+                // Records deleted by absence are no longer tracked, so a reappearing one is among
+                // the newly tracked: undelete those (spec §1: a record can only come back this way).
+                // Rows this batch inserted cannot be deleted: when it inserted every record (a first
+                // crawl), there is nothing to ask.
+                const undeleted =
+                  recorded.newlyTracked.length === 0 || counts.inserted >= ids.unique
+                    ? 0
+                    : yield* warehouse.undelete(run.resource, recorded.newlyTracked, { source: run.source })
+                yield* runs.recordUndeleted(run, undeleted)
+                return { counts, latest, fresh: recorded.fresh, undeleted }
               })
-              if (!(yield* previousCommitted)) return yield* notStored
-              const inOrder = batch.filter((item) => !item.recheck)
-              const latest = (inOrder.length > 0 ? inOrder : batch).at(-1)!.page
-              const recorded = yield* runs.recordBatch(run, {
-                lastPage: inOrder.length > 0 ? Math.max(...inOrder.map((item) => item.page.page)) : 0,
-                totalPages: latest.pagination.total_pages,
-                totalCount: latest.pagination.total_count,
-                ids,
-                counts,
-                requests: batch.length,
-                rechecks: batch.length - inOrder.length
-              })
-              // Records deleted by absence are no longer tracked, so a reappearing one is among
-              // the newly tracked: undelete those (spec §1: a record can only come back this way).
-              // Rows this batch inserted cannot be deleted: when it inserted every record (a first
-              // crawl), there is nothing to ask.
-              const unique = new Set(ids).size
-              const undeleted =
-                recorded.newlyTracked.length === 0 || counts.inserted >= unique
-                  ? 0
-                  : yield* warehouse.undelete(run.resource, recorded.newlyTracked, { source: run.source })
-              yield* runs.recordUndeleted(run, undeleted)
-              return { counts, latest, fresh: recorded.fresh, undeleted }
-            })
+            )
+          return yield* attempt(false).pipe(
+            Effect.catchIf(
+              (error) => error._tag === "WarehouseError" && refusedRecord(error),
+              () =>
+                Effect.andThen(
+                  Effect.sync(() => ledger.discard()),
+                  attempt(true)
+                )
+            ),
+            Effect.onExit((exit) => Effect.sync(() => (Exit.isSuccess(exit) ? ledger.settle() : ledger.discard())))
           )
-        return attempt(false).pipe(
-          Effect.catchIf(
-            (error) => error._tag === "WarehouseError" && refusedRecord(error),
-            () =>
-              Effect.andThen(
-                Effect.sync(() => ledger.discard()),
-                attempt(true)
-              )
-          ),
-          Effect.onExit((exit) => Effect.sync(() => (Exit.isSuccess(exit) ? ledger.settle() : ledger.discard()))),
-          Effect.uninterruptible
-        )
-      }
+        }).pipe(Effect.uninterruptible)
 
       const finish = (run: CrawlRun, options: CrawlOptions) =>
         sql
@@ -473,7 +469,7 @@ export class PageCrawler extends Context.Service<
               const taken = yield* take
               if (taken === undefined) return
               const { batch, ids, self, order } = taken
-              const stored = yield* storeBatch(run, batch, ids, known, order).pipe(
+              const stored = yield* storeBatch(run, batch, { all: ids, unique: self.ids.size }, known, order).pipe(
                 Effect.onExit((exit) =>
                   Effect.andThen(
                     Effect.sync(() => inFlight.splice(inFlight.indexOf(self), 1)),

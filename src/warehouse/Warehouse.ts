@@ -99,9 +99,6 @@ export class KnownReferences {
   static key(resource: ReferenceResource, id: string): string {
     return `${resource}:${id}`
   }
-  has(key: string): boolean {
-    return this.#settled.has(key)
-  }
   /** The ledger of one transaction. */
   open(): ReferenceLedger & { settle(): void; discard(): void } {
     const settled = this.#settled
