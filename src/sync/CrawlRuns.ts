@@ -1,21 +1,30 @@
 /**
  * CrawlRuns: the bookkeeping of full-page crawls — `crm_sync.crawl_runs` (one row per crawl: the
- * pages stored so far, the totals the CRM reported, what became of the records) and
- * `crm_sync.crawl_presence` (which crawl last saw each record, and how many clean crawls in a row
- * have missed it). PageCrawler drives it; every write here runs inside the transaction of the page
+ * pages stored so far, the totals the CRM reported, what became of the records),
+ * `crm_sync.crawl_sightings` (the ids each stored batch received, one row per batch) and
+ * `crm_sync.crawl_misses` (tracked records that clean crawls missed, and how many in a row).
+ * PageCrawler and ReferenceSync drive it; every write here runs inside the transaction of the batch
  * (or the final step) it describes, so the bookkeeping can never disagree with the warehouse.
  *
  * Deletion by absence (spec §1: the v1 API has no DELETE and lists deleted records nowhere, so a
- * record that disappears from the listing is the only sign): a clean crawl — every page read
- * without error — adds one miss to each record it did not see; a record missed by two clean crawls
- * in a row is marked deleted. A sighting in any crawl, clean or not, clears the misses, so a
- * record shifted across a page boundary by drift in one crawl is simply seen by the next. A crawl
- * that fails or is cut short counts no misses and deletes nothing. When more than the configured
- * share of the tracked records would go at once, nothing is deleted and the run says so in `note`.
+ * record that disappears from the listing is the only sign): the records a connection's crawls
+ * track are those the last clean crawl saw (its sightings), those crawls since have seen, and those
+ * still counting misses. A clean crawl — every page read without error — adds one miss to each
+ * tracked record it did not see and clears the misses of those it saw; a record missed by two clean
+ * crawls in a row is marked deleted. A sighting by a crawl that did not finish starts the count
+ * over, so a record shifted across a page boundary by drift in one crawl is simply seen by the
+ * next. A crawl that fails or is cut short counts no misses and deletes nothing, and neither does a
+ * resumed crawl finishing after a newer crawl of the same records began (its early pages are older
+ * than that crawl's). When more than the configured share of the tracked records would go at once,
+ * nothing is deleted and the run says so in `note`.
+ *
+ * Why sightings by the batch: a row per record per crawl cost a fifth of a crawl's database time;
+ * one array per batch costs next to nothing, and the set arithmetic runs once, at a clean finish.
  */
 import { Context, DateTime, Effect, Layer, Schema } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
 import type { SqlError } from "effect/sql/SqlError"
+import { Tables } from "../warehouse/Tables.ts"
 import type { Resource, Source, UpsertResult, WarehouseError } from "../warehouse/Warehouse.ts"
 
 /** The crawl a PageCrawler is working on: fresh, or resumed where a restart cut it short. */
@@ -45,18 +54,16 @@ export interface PageBatch {
   readonly totalCount: number
   /** Ids of every record received, in order, duplicates included. */
   readonly ids: ReadonlyArray<string>
+  /** How many of `ids` are distinct. */
+  readonly unique: number
   readonly counts: UpsertResult
   readonly requests: number
   readonly rechecks: number
 }
 
 export interface BatchResult {
-  /** Records seen for the first time in this crawl. */
-  readonly fresh: number
-  /** Records already seen earlier in this crawl (the listing shifted under it). */
-  readonly duplicates: number
-  /** Ids never tracked by this connection's crawls before (candidates for undelete). */
-  readonly newlyTracked: ReadonlyArray<string>
+  /** Records of the batch that were marked deleted and are not any more (they were listed again). */
+  readonly undeleted: number
 }
 
 export interface FinishResult {
@@ -125,18 +132,19 @@ export class CrawlRuns extends Context.Service<
      */
     readonly open: (connection: string, resource: Resource, source: Source) => Effect.Effect<CrawlRun, CrawlRunsError>
     /**
-     * Records one batch of stored pages; run it in the transaction that stored them. It also turns
-     * off `synchronous_commit` for that transaction: a stored page can always be read again, and
-     * its bookkeeping commits with it, so the commit need not wait for the WAL flush. A database
-     * crash then loses at most the last pages and their `last_page` together, and the crawl reads
-     * them again.
+     * Records one batch of stored pages; run it in the transaction that stored them, after the
+     * records. It notes the batch's ids as seen by the run, undeletes those of its records that
+     * were marked deleted (listed again: spec §1, a record can only come back this way), and moves
+     * the run's counters — one statement. It also turns off `synchronous_commit` for that
+     * transaction: a stored page can always be read again, and its bookkeeping commits with it,
+     * so the commit need not wait for the WAL flush. A database crash then loses at most the last
+     * pages and their `last_page` together, and the crawl reads them again.
      */
     readonly recordBatch: (run: CrawlRun, batch: PageBatch) => Effect.Effect<BatchResult, CrawlRunsError>
-    /** Records undeletions counted after `recordBatch` (same transaction). */
-    readonly recordUndeleted: (run: CrawlRun, undeleted: number) => Effect.Effect<void, CrawlRunsError>
     /**
-     * Closes a crawl that read every page: counts misses, deletes what two clean crawls missed
-     * (unless more than `threshold` of the tracked records would go), marks the run complete.
+     * Closes a crawl that read every page: counts its distinct records, counts misses, deletes what
+     * two clean crawls missed (unless more than `threshold` of the tracked records would go), marks
+     * the run complete and drops the sightings of earlier runs.
      * `deleteRecords` marks the given ids deleted in the warehouse; all of it in one transaction
      * of the caller's.
      */
@@ -187,51 +195,42 @@ export class CrawlRuns extends Context.Service<
 
       const recordBatch = Effect.fn("CrawlRuns.recordBatch")(
         function* (run: CrawlRun, batch: PageBatch) {
-          const ids = [...new Set(batch.ids)]
-          // One round trip: mark the ids seen by this run, and count on the run what was new to
-          // it. A row comes back when it was inserted (never tracked) or updated (not yet seen by
-          // this run); one already seen by this run is left alone and does not come back.
-          const rows = yield* sql<{ id: string; inserted: boolean }>`
-            WITH written AS (
-              INSERT INTO crm_sync.crawl_presence AS p (connection, resource, id, last_seen_run, misses)
-              SELECT ${run.connection}, ${run.resource}, id, ${run.id}, 0 FROM unnest(${ids}::text[]) AS id
-              ON CONFLICT (connection, resource, id) DO UPDATE
-                SET last_seen_run = GREATEST(p.last_seen_run, excluded.last_seen_run), misses = 0
-              WHERE p.last_seen_run < excluded.last_seen_run OR p.misses <> 0
-              RETURNING p.id, (p.xmax = 0) AS inserted
+          const table = sql.literal(`crm."${Tables[run.resource].table}"`)
+          // The ids go once: the undelete reads them back from the sighting it just stored. The
+          // `(id) WHERE deleted_at IS NOT NULL` index of the crawled tables makes it a probe of a
+          // few rows at most.
+          const [row] = yield* sql<{ undeleted: number }>`
+            WITH sighted AS (
+              INSERT INTO crm_sync.crawl_sightings (run_id, ids) VALUES (${run.id}, ${batch.ids}::text[])
+              RETURNING ids
+            ),
+            undeleted AS (
+              UPDATE ${table} AS t SET deleted_at = NULL, source = ${run.source}, synced_at = now()
+              FROM (SELECT DISTINCT unnest(ids) AS id FROM sighted) AS d
+              WHERE t.id = d.id AND t.deleted_at IS NOT NULL
+              RETURNING t.id
             ),
             counted AS (
               UPDATE crm_sync.crawl_runs SET
                 last_page = GREATEST(last_page, ${batch.lastPage}),
                 total_pages = ${batch.totalPages},
                 total_count = ${batch.totalCount},
-                seen = seen + (SELECT count(*) FROM written),
-                duplicates = duplicates + ${batch.ids.length} - (SELECT count(*) FROM written),
+                seen = seen + ${batch.unique},
+                duplicates = duplicates + ${batch.ids.length - batch.unique},
                 inserted = inserted + ${batch.counts.inserted},
                 updated = updated + ${batch.counts.updated},
                 unchanged = unchanged + ${batch.counts.unchanged + batch.counts.skipped},
+                undeleted = undeleted + (SELECT count(*) FROM undeleted),
                 requests = requests + ${batch.requests},
                 rechecks = rechecks + ${batch.rechecks},
                 progressed_at = now()
               -- set_config here saves the transaction a statement of its own (see above).
               WHERE id = ${run.id} AND set_config('synchronous_commit', 'off', true) = 'off'
             )
-            SELECT id, inserted FROM written`
-          const fresh = rows.length
-          // Copies beyond the first within this batch, and ids already seen earlier in this run.
-          const duplicates = batch.ids.length - fresh
-          const newlyTracked = rows.filter((row) => row.inserted).map((row) => row.id)
-          return { fresh, duplicates, newlyTracked } satisfies BatchResult
+            SELECT count(*)::int AS undeleted FROM undeleted`
+          return { undeleted: row?.undeleted ?? 0 } satisfies BatchResult
         },
         Effect.mapError(failed("CrawlRuns.recordBatch"))
-      )
-
-      const recordUndeleted = Effect.fn("CrawlRuns.recordUndeleted")(
-        function* (run: CrawlRun, undeleted: number) {
-          if (undeleted === 0) return
-          yield* sql`UPDATE crm_sync.crawl_runs SET undeleted = undeleted + ${undeleted} WHERE id = ${run.id}`
-        },
-        Effect.mapError(failed("CrawlRuns.recordUndeleted"))
       )
 
       const finishClean = Effect.fn("CrawlRuns.finishClean")(function* (
@@ -242,32 +241,97 @@ export class CrawlRuns extends Context.Service<
           readonly deleteRecords: (ids: ReadonlyArray<string>) => Effect.Effect<number, WarehouseError>
         }
       ) {
+        const mapError = Effect.mapError(failed("CrawlRuns.finishClean"))
         const scope = sql`connection = ${run.connection} AND resource = ${run.resource}`
-        // A row with a later last_seen_run was seen by a newer crawl (one that ran while this
-        // resumed one was waiting): not absent.
-        const [absentRow] = yield* sql<{ absent: number }>`
-          WITH missed AS (
-            UPDATE crm_sync.crawl_presence SET misses = misses + 1
-            WHERE ${scope} AND last_seen_run < ${run.id}
-            RETURNING 1
-          ) SELECT count(*)::int AS absent FROM missed`.pipe(Effect.mapError(failed("CrawlRuns.finishClean")))
-        const absent = absentRow?.absent ?? 0
-        // Candidates: missed twice in a row here, and not recently seen by another connection's
-        // crawls (two connections to one company see the same records).
-        const candidates = yield* sql<{ id: string }>`
-          SELECT p.id FROM crm_sync.crawl_presence p
-          WHERE p.connection = ${run.connection} AND p.resource = ${run.resource} AND p.misses >= ${MISSES_TO_DELETE}
-            AND NOT EXISTS (
-              SELECT 1 FROM crm_sync.crawl_presence o
-              WHERE o.resource = p.resource AND o.id = p.id AND o.connection <> p.connection
-                AND o.misses < ${MISSES_TO_DELETE}
-            )`.pipe(Effect.mapError(failed("CrawlRuns.finishClean")))
-        const [trackedRow] = yield* sql<{ tracked: number }>`
-          SELECT count(*)::int AS tracked FROM crm_sync.crawl_presence WHERE ${scope}`.pipe(
-          Effect.mapError(failed("CrawlRuns.finishClean"))
-        )
-        const tracked = trackedRow?.tracked ?? 0
-        const ids = candidates.map((row) => row.id)
+        // Exact totals: a record seen in two batches (the listing shifted under the crawl, or a
+        // restart in between) counted twice as the batches were stored.
+        const [totals] = yield* sql<{ seen: number; received: number; newer: boolean }>`
+          SELECT
+            (SELECT count(*)::int FROM (SELECT DISTINCT unnest(ids) FROM crm_sync.crawl_sightings WHERE run_id = ${run.id}) AS s) AS seen,
+            (SELECT COALESCE(sum(cardinality(ids)), 0)::int FROM crm_sync.crawl_sightings WHERE run_id = ${run.id}) AS received,
+            EXISTS (SELECT 1 FROM crm_sync.crawl_runs WHERE ${scope} AND id > ${run.id}) AS newer`.pipe(mapError)
+        const { seen, received, newer } = totals!
+        const complete = (result: FinishResult) =>
+          sql`
+            UPDATE crm_sync.crawl_runs SET status = 'complete', finished_at = now(), progressed_at = now(),
+              seen = ${seen}, duplicates = ${received - seen},
+              absent = ${result.absent}, deleted = ${result.deleted}, note = ${result.note}
+            WHERE id = ${run.id}`.pipe(mapError, Effect.as(result))
+
+        if (newer) {
+          // A newer crawl of these records began while this one was unfinished: this one's early
+          // pages are older than that crawl's view, so its absences prove nothing. Its sightings
+          // stay, to be compared by the next clean finish with everything seen since.
+          return yield* complete({
+            absent: 0,
+            deleted: 0,
+            refused: 0,
+            note: "a newer crawl of this resource began while this one was unfinished: no absences counted"
+          })
+        }
+
+        // The misses, in one statement: tracked before this crawl (sightings of earlier runs, and
+        // the records still counting misses), less what this crawl saw, is what it missed. A sighting
+        // by an earlier crawl that did not finish started the count over.
+        const [missed] = yield* sql<{ absent: number; candidates: ReadonlyArray<string> | null }>`
+          WITH earlier AS (
+            SELECT id, status FROM crm_sync.crawl_runs WHERE ${scope} AND id < ${run.id}
+          ),
+          seen AS (
+            SELECT DISTINCT unnest(ids) AS id FROM crm_sync.crawl_sightings WHERE run_id = ${run.id}
+          ),
+          before AS (
+            SELECT id, misses FROM crm_sync.crawl_misses WHERE ${scope}
+          ),
+          tracked AS (
+            SELECT unnest(s.ids) AS id FROM crm_sync.crawl_sightings s JOIN earlier e ON e.id = s.run_id
+            UNION
+            SELECT id FROM before
+          ),
+          restarted AS (
+            SELECT DISTINCT unnest(s.ids) AS id
+            FROM crm_sync.crawl_sightings s JOIN earlier e ON e.id = s.run_id
+            WHERE e.status <> 'complete'
+          ),
+          absent AS (
+            SELECT t.id,
+              CASE WHEN EXISTS (SELECT 1 FROM restarted r WHERE r.id = t.id) THEN 1 ELSE COALESCE(b.misses, 0) + 1 END AS misses
+            FROM tracked t LEFT JOIN before b ON b.id = t.id
+            WHERE NOT EXISTS (SELECT 1 FROM seen WHERE seen.id = t.id)
+          ),
+          counted AS (
+            INSERT INTO crm_sync.crawl_misses AS m (connection, resource, id, misses)
+            SELECT ${run.connection}, ${run.resource}, id, misses FROM absent
+            ON CONFLICT (connection, resource, id) DO UPDATE SET misses = excluded.misses
+          ),
+          cleared AS (
+            DELETE FROM crm_sync.crawl_misses m
+            WHERE m.connection = ${run.connection} AND m.resource = ${run.resource}
+              AND NOT EXISTS (SELECT 1 FROM absent a WHERE a.id = m.id)
+          )
+          SELECT count(*)::int AS absent,
+            array_agg(id ORDER BY id) FILTER (WHERE misses >= ${MISSES_TO_DELETE}) AS candidates
+          FROM absent`.pipe(mapError)
+        const absent = missed?.absent ?? 0
+        const tracked = seen + absent
+        // Candidates not still tracked by another connection's crawls (two connections to one
+        // company see the same records): seen by them, or missed by them fewer than twice.
+        const twice = missed?.candidates ?? []
+        const protectedIds =
+          twice.length === 0
+            ? []
+            : yield* sql<{ id: string }>`
+                SELECT c.id FROM unnest(${twice}::text[]) AS c(id)
+                WHERE c.id IN (
+                  SELECT unnest(s.ids) FROM crm_sync.crawl_sightings s
+                  JOIN crm_sync.crawl_runs r ON r.id = s.run_id
+                  WHERE r.resource = ${run.resource} AND r.connection <> ${run.connection}
+                  UNION ALL
+                  SELECT o.id FROM crm_sync.crawl_misses o
+                  WHERE o.resource = ${run.resource} AND o.connection <> ${run.connection} AND o.misses < ${MISSES_TO_DELETE}
+                )`.pipe(mapError)
+        const keep = new Set(protectedIds.map((row) => row.id))
+        const ids = keep.size === 0 ? twice : twice.filter((id) => !keep.has(id))
         const share = tracked === 0 ? 0 : ids.length / tracked
         const notes: Array<string> = []
         let deleted = 0
@@ -280,10 +344,8 @@ export class CrawlRuns extends Context.Service<
           )
         } else if (ids.length > 0) {
           deleted = yield* options.deleteRecords(ids)
-          // Deleted records are no longer tracked: a later sighting starts afresh and undeletes.
-          yield* sql`DELETE FROM crm_sync.crawl_presence WHERE ${scope} AND id = ANY(${ids}::text[])`.pipe(
-            Effect.mapError(failed("CrawlRuns.finishClean"))
-          )
+          // Deleted records are no longer tracked: a later sighting undeletes (recordBatch).
+          yield* sql`DELETE FROM crm_sync.crawl_misses WHERE ${scope} AND id = ANY(${ids}::text[])`.pipe(mapError)
         }
         if (absent > 0 && tracked > 0 && absent / tracked > options.threshold && refused === 0) {
           notes.push(
@@ -291,12 +353,11 @@ export class CrawlRuns extends Context.Service<
               `they are deleted only if the next clean crawl misses them too, and then only within the threshold`
           )
         }
-        const note = notes.length === 0 ? null : notes.join("; ")
+        // This crawl's sightings are now what the next clean finish compares with.
         yield* sql`
-          UPDATE crm_sync.crawl_runs SET status = 'complete', finished_at = now(), progressed_at = now(),
-            absent = ${absent}, deleted = ${deleted}, note = ${note}
-          WHERE id = ${run.id}`.pipe(Effect.mapError(failed("CrawlRuns.finishClean")))
-        return { absent, deleted, refused, note } satisfies FinishResult
+          DELETE FROM crm_sync.crawl_sightings
+          WHERE run_id IN (SELECT id FROM crm_sync.crawl_runs WHERE ${scope} AND id < ${run.id})`.pipe(mapError)
+        return yield* complete({ absent, deleted, refused, note: notes.length === 0 ? null : notes.join("; ") })
       })
 
       const fail = Effect.fn("CrawlRuns.fail")(
@@ -308,7 +369,7 @@ export class CrawlRuns extends Context.Service<
         Effect.mapError(failed("CrawlRuns.fail"))
       )
 
-      return CrawlRuns.of({ open, recordBatch, recordUndeleted, finishClean, fail })
+      return CrawlRuns.of({ open, recordBatch, finishClean, fail })
     })
   )
 }

@@ -7,8 +7,8 @@
  * A fetcher reads pages in order (up to six requests in flight once the page count is known) and
  * decodes each as it arrives, into a small queue while two writers store them, several queued
  * pages to one transaction when they fall behind. Each transaction stores the records (the
- * warehouse's forward-only upsert: an unchanged record is not rewritten), marks them seen
- * (CrawlRuns), undeletes any that had been deleted by absence, and advances
+ * warehouse's forward-only upsert: an unchanged record is not rewritten), notes their ids as
+ * seen (CrawlRuns), undeletes any that had been deleted by absence, and advances
  * `crawl_runs.last_page` — all or nothing, uninterruptibly, and in page order (`storeBatch`), so a
  * SIGTERM lets the pages in hand commit and a crash loses at most pages not yet committed. A
  * restarted crawl resumes after `last_page` without asking for the stored pages again.
@@ -349,25 +349,17 @@ export class PageCrawler extends Context.Service<
                 if (!(yield* previousCommitted)) return yield* notStored
                 const inOrder = batch.filter((item) => !item.recheck)
                 const latest = (inOrder.length > 0 ? inOrder : batch).at(-1)!.page
-                const recorded = yield* runs.recordBatch(run, {
+                const { undeleted } = yield* runs.recordBatch(run, {
                   lastPage: inOrder.length > 0 ? Math.max(...inOrder.map((item) => item.page.page)) : 0,
                   totalPages: latest.pagination.total_pages,
                   totalCount: latest.pagination.total_count,
                   ids: ids.all,
+                  unique: ids.unique,
                   counts,
                   requests: batch.length,
                   rechecks: batch.length - inOrder.length
                 })
-                // Records deleted by absence are no longer tracked, so a reappearing one is among
-                // the newly tracked: undelete those (spec §1: a record can only come back this way).
-                // Rows this batch inserted cannot be deleted: when it inserted every record (a first
-                // crawl), there is nothing to ask.
-                const undeleted =
-                  recorded.newlyTracked.length === 0 || counts.inserted >= ids.unique
-                    ? 0
-                    : yield* warehouse.undelete(run.resource, recorded.newlyTracked, { source: run.source })
-                yield* runs.recordUndeleted(run, undeleted)
-                return { counts, latest, fresh: recorded.fresh, undeleted }
+                return { counts, latest, fresh: ids.unique, undeleted }
               })
             )
           return yield* attempt(false).pipe(

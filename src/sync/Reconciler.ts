@@ -25,8 +25,8 @@
  * Every run writes one `crm_sync.reconciliation_reports` row, opened `running` and closed
  * `complete`, `partial` or `failed` with a JSON report per resource, however the run ends.
  *
- * Why not the PageCrawler: a crawl stores every record and tracks every id it sees in
- * `crawl_presence`, over as many windows as it takes; a reconciliation must fit a fixed request
+ * Why not the PageCrawler: a crawl stores every record and notes every id it sees
+ * (`crawl_sightings`), over as many windows as it takes; a reconciliation must fit a fixed request
  * allowance, write only what differs, and report what it found, so it reads pages itself.
  */
 import { Cause, Clock, Console, Context, Cron, DateTime, Duration, Effect, Layer, Option, Result, Schema } from "effect"
@@ -341,9 +341,9 @@ export class Reconciler extends Context.Service<
             } else if (confirmed.length > 0) {
               const now = yield* DateTime.now
               deleted = (yield* warehouse.markDeleted(resource, confirmed, now, { source: "reconcile" })).deleted
-              // Deleted records are no longer tracked by the crawls either: a later sighting in a
-              // crawl then starts afresh and undeletes (CrawlRuns).
-              yield* sql`DELETE FROM crm_sync.crawl_presence
+              // Nor do the crawls count misses for them any more; a crawl that lists one again
+              // undeletes it (CrawlRuns.recordBatch).
+              yield* sql`DELETE FROM crm_sync.crawl_misses
                 WHERE connection = ${connection} AND resource = ${resource} AND id = ANY(${confirmed}::text[])`
             }
             const firstMisses = gone.length - confirmed.length

@@ -80,20 +80,16 @@ export class ReferenceSync extends Context.Service<
         sql.withTransaction(
           Effect.gen(function* () {
             const run = yield* runs.open(connection, resource, source)
-            const recorded = yield* runs.recordBatch(run, {
+            yield* runs.recordBatch(run, {
               lastPage: 1,
               totalPages: 1,
               totalCount: listing.ids.length,
               ids: listing.ids,
+              unique: new Set(listing.ids).size,
               counts: listing.counts,
               requests: listing.requests,
               rechecks: 0
             })
-            const undeleted =
-              recorded.newlyTracked.length === 0
-                ? 0
-                : yield* warehouse.undelete(resource, recorded.newlyTracked, { source })
-            yield* runs.recordUndeleted(run, undeleted)
             const now = yield* DateTime.now
             return yield* runs.finishClean(run, {
               threshold,

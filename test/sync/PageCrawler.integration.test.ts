@@ -119,7 +119,7 @@ layer(harness(), options)("deletion by absence", (it) => {
         SELECT status, deleted FROM crm_sync.crawl_runs ORDER BY id DESC LIMIT 1`
       assert.deepStrictEqual(failedRun, { status: "failed", deleted: 0 })
       const [presence] = yield* sql<{ misses: number }>`
-        SELECT misses FROM crm_sync.crawl_presence WHERE resource = 'annuity_contracts' AND id = ${victim!}`
+        SELECT misses FROM crm_sync.crawl_misses WHERE resource = 'annuity_contracts' AND id = ${victim!}`
       assert.strictEqual(presence!.misses, 1, "a failed crawl counts no miss")
 
       // The failed crawl resumes at the page it failed on and completes: the second clean crawl.
@@ -177,7 +177,7 @@ layer(harness(), options)("mass disappearance", (it) => {
       const third = yield* crawl("financial_accounts")
       assert.strictEqual(third.absent, 0)
       const [pending] = yield* sql<{ n: number }>`
-        SELECT count(*)::int AS n FROM crm_sync.crawl_presence WHERE misses > 0`
+        SELECT count(*)::int AS n FROM crm_sync.crawl_misses`
       assert.strictEqual(pending!.n, 0)
     })
   )

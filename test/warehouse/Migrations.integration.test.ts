@@ -1,7 +1,8 @@
 import { assert, describe, it, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
-import { migrate, splitStatements } from "../../src/warehouse/Migrations.ts"
+import { readdirSync, readFileSync } from "node:fs"
+import { migrate, migrationsDirectory, splitStatements } from "../../src/warehouse/Migrations.ts"
 import { EmptyTestDatabase } from "../support/TestDatabase.ts"
 
 describe("splitStatements", () => {
@@ -32,6 +33,55 @@ layer(EmptyTestDatabase)("migrate", (it) => {
         tables.map((row) => row.table_name),
         ["webhook_inbox", "outbox", "rate_windows", "cursors", "crawl_runs", "job_runs", "reconciliation_reports"]
       )
+    })
+  )
+})
+
+/** Runs the statements of every migration file whose number is in `[from, to]`, as `migrate` would. */
+const applyFiles = (from: number, to: number) =>
+  Effect.gen(function* () {
+    const sql = yield* SqlClient
+    const files = readdirSync(migrationsDirectory)
+      .filter((file) => {
+        const id = Number(file.match(/^(\d+)_/)?.[1])
+        return id >= from && id <= to
+      })
+      .toSorted()
+    for (const file of files) {
+      for (const statement of splitStatements(readFileSync(`${migrationsDirectory}${file}`, "utf8"))) {
+        yield* sql.unsafe(statement)
+      }
+    }
+  })
+
+layer(EmptyTestDatabase)("0009_crawl_sightings", (it) => {
+  it.effect("carries over what crawl_presence knew: sightings by run, misses with their counts", () =>
+    Effect.gen(function* () {
+      const sql = yield* SqlClient
+      yield* applyFiles(1, 8)
+      const [run] = yield* sql<{ id: number }>`
+        INSERT INTO crm_sync.crawl_runs (connection, resource, source, status)
+        VALUES ('default', 'financial_accounts', 'crawl', 'complete') RETURNING id::int AS id`
+      // fa_3 was last seen by a run since pruned: it counts as seen by the newest run left.
+      yield* sql`
+        INSERT INTO crm_sync.crawl_presence (connection, resource, id, last_seen_run, misses) VALUES
+          ('default', 'financial_accounts', 'fa_1', ${run!.id}, 0),
+          ('default', 'financial_accounts', 'fa_2', ${run!.id}, 1),
+          ('default', 'financial_accounts', 'fa_3', ${run!.id + 100}, 0),
+          ('default', 'financial_accounts', 'fa_4', ${run!.id}, 2)`
+      yield* applyFiles(9, 9)
+      const sightings = yield* sql<{ run_id: number; ids: ReadonlyArray<string> }>`
+        SELECT run_id::int AS run_id, ids FROM crm_sync.crawl_sightings`
+      assert.deepStrictEqual(sightings, [{ run_id: run!.id, ids: ["fa_1", "fa_3"] }])
+      const misses = yield* sql<{ id: string; misses: number }>`SELECT id, misses FROM crm_sync.crawl_misses ORDER BY id`
+      assert.deepStrictEqual(misses, [
+        { id: "fa_2", misses: 1 },
+        { id: "fa_4", misses: 2 }
+      ])
+      const [presence] = yield* sql<{ n: number }>`
+        SELECT count(*)::int AS n FROM information_schema.tables
+        WHERE table_schema = 'crm_sync' AND table_name = 'crawl_presence'`
+      assert.strictEqual(presence!.n, 0)
     })
   )
 })

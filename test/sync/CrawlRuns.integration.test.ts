@@ -1,0 +1,173 @@
+/**
+ * The deletion-by-absence bookkeeping of CrawlRuns on its own, against a real database: which
+ * records two clean crawls in a row missed, what an unfinished crawl's sightings change, what
+ * another connection's crawls protect, what a resumed crawl overtaken by a newer one may not
+ * conclude, and the exact totals of a crawl whose batches overlapped.
+ */
+import { assert, layer } from "@effect/vitest"
+import { Effect, Layer } from "effect"
+import { SqlClient } from "effect/sql/SqlClient"
+import { type CrawlRun, CrawlRuns } from "../../src/sync/CrawlRuns.ts"
+import type { Source } from "../../src/warehouse/Warehouse.ts"
+import { TestDatabase } from "../support/TestDatabase.ts"
+
+const Live = CrawlRuns.layer.pipe(Layer.provideMerge(TestDatabase))
+
+const counts = { inserted: 0, updated: 0, unchanged: 0, skipped: 0, rejected: 0 }
+
+/** One batch of ids stored by `run`, in a transaction of its own. */
+const sighted = (run: CrawlRun, ids: ReadonlyArray<string>) =>
+  Effect.gen(function* () {
+    const sql = yield* SqlClient
+    const runs = yield* CrawlRuns
+    return yield* sql.withTransaction(
+      runs.recordBatch(run, {
+        lastPage: 1,
+        totalPages: 1,
+        totalCount: ids.length,
+        ids,
+        unique: new Set(ids).size,
+        counts,
+        requests: 1,
+        rechecks: 0
+      })
+    )
+  })
+
+/** A whole crawl that saw `batches` and finished cleanly; returns its result and what it deleted. */
+const cleanCrawl = (
+  connection: string,
+  batches: ReadonlyArray<ReadonlyArray<string>>,
+  options: { readonly source?: Source; readonly threshold?: number } = {}
+) =>
+  Effect.gen(function* () {
+    const runs = yield* CrawlRuns
+    const run = yield* runs.open(connection, "financial_accounts", options.source ?? "crawl")
+    for (const ids of batches) yield* sighted(run, ids)
+    return yield* finish(run, options.threshold)
+  })
+
+const finish = (run: CrawlRun, threshold = 0.5) =>
+  Effect.gen(function* () {
+    const sql = yield* SqlClient
+    const runs = yield* CrawlRuns
+    const deleted: Array<string> = []
+    const result = yield* sql.withTransaction(
+      runs.finishClean(run, {
+        threshold,
+        deleteRecords: (ids) => Effect.sync(() => deleted.push(...ids))
+      })
+    )
+    return { ...result, deletedIds: deleted }
+  })
+
+const ids = (n: number, from = 1) => Array.from({ length: n }, (_, i) => `fa_${String(from + i).padStart(3, "0")}`)
+
+const options = { timeout: 60_000, excludeTestServices: true } as const
+
+layer(Live, options)("CrawlRuns", (it) => {
+  it.effect("deletes what two clean crawls in a row missed, and counts a crawl's records exactly", () =>
+    Effect.gen(function* () {
+      const sql = yield* SqlClient
+      // Batches overlap (the listing shifted under the crawl): 10 records, 12 received.
+      const first = yield* cleanCrawl("one", [ids(6), ids(6, 5)])
+      assert.deepStrictEqual(first.deletedIds, [])
+      const [run] = yield* sql<{ seen: number; duplicates: number }>`
+        SELECT seen, duplicates FROM crm_sync.crawl_runs ORDER BY id DESC LIMIT 1`
+      assert.deepStrictEqual(run, { seen: 10, duplicates: 2 })
+
+      const second = yield* cleanCrawl("one", [ids(9)])
+      assert.strictEqual(second.absent, 1)
+      assert.deepStrictEqual(second.deletedIds, [])
+      const third = yield* cleanCrawl("one", [ids(9)])
+      assert.strictEqual(third.absent, 1)
+      assert.deepStrictEqual(third.deletedIds, ["fa_010"])
+      // Deleted, it is no longer tracked: the next crawl does not count it absent.
+      const fourth = yield* cleanCrawl("one", [ids(9)])
+      assert.strictEqual(fourth.absent, 0)
+      // Only the last clean crawl's sightings are kept.
+      const [kept] = yield* sql<{ runs: number }>`
+        SELECT count(DISTINCT s.run_id)::int AS runs
+        FROM crm_sync.crawl_sightings s JOIN crm_sync.crawl_runs r ON r.id = s.run_id
+        WHERE r.connection = 'one'`
+      assert.strictEqual(kept!.runs, 1)
+    })
+  )
+
+  it.effect("a sighting by a crawl that did not finish starts the count over", () =>
+    Effect.gen(function* () {
+      const runs = yield* CrawlRuns
+      yield* cleanCrawl("two", [ids(20, 101)])
+      const missed = yield* cleanCrawl("two", [ids(19, 101)])
+      assert.strictEqual(missed.absent, 1)
+      // A backfill sees fa_120 and fails before its end.
+      const backfill = yield* runs.open("two", "financial_accounts", "backfill")
+      yield* sighted(backfill, ["fa_120"])
+      yield* runs.fail(backfill, "connection reset")
+      const after = yield* cleanCrawl("two", [ids(19, 101)])
+      assert.strictEqual(after.absent, 1)
+      assert.deepStrictEqual(after.deletedIds, [], "missed once since it was last seen")
+      const again = yield* cleanCrawl("two", [ids(19, 101)])
+      assert.deepStrictEqual(again.deletedIds, ["fa_120"])
+    })
+  )
+
+  it.effect("a record another connection's crawls still see is not deleted", () =>
+    Effect.gen(function* () {
+      yield* cleanCrawl("partner", [ids(10, 201)])
+      yield* cleanCrawl("three", [ids(10, 201)])
+      yield* cleanCrawl("three", [ids(9, 201)])
+      const second = yield* cleanCrawl("three", [ids(9, 201)])
+      assert.strictEqual(second.absent, 1)
+      assert.deepStrictEqual(second.deletedIds, [], "the partner connection's last crawl listed fa_210")
+      // Once the partner's crawls have missed it twice too, it goes.
+      const partnerOnce = yield* cleanCrawl("partner", [ids(9, 201)])
+      assert.deepStrictEqual(partnerOnce.deletedIds, [])
+      const partnerTwice = yield* cleanCrawl("partner", [ids(9, 201)])
+      assert.deepStrictEqual(partnerTwice.deletedIds, ["fa_210"])
+    })
+  )
+
+  it.effect("a resumed crawl that a newer crawl overtook counts no absences", () =>
+    Effect.gen(function* () {
+      const runs = yield* CrawlRuns
+      yield* cleanCrawl("four", [ids(10, 301)])
+      yield* cleanCrawl("four", [ids(9, 301)])
+      // A backfill stores its first page, and fails; a crawl runs meanwhile; the backfill resumes.
+      const backfill = yield* runs.open("four", "financial_accounts", "backfill")
+      yield* sighted(backfill, ids(3, 301))
+      yield* runs.fail(backfill, "timeout")
+      yield* cleanCrawl("four", [ids(10, 301)])
+      const resumed = yield* runs.open("four", "financial_accounts", "backfill")
+      assert.isTrue(resumed.resumed)
+      yield* sighted(resumed, ids(3, 304))
+      const finished = yield* finish(resumed)
+      assert.strictEqual(finished.absent, 0, "its first page is older than the newer crawl's listing")
+      assert.deepStrictEqual(finished.deletedIds, [])
+      assert.include(finished.note ?? "", "newer crawl")
+      // The next clean crawl compares with everything seen since the newer crawl's finish.
+      const next = yield* cleanCrawl("four", [ids(10, 301)])
+      assert.strictEqual(next.absent, 0)
+    })
+  )
+
+  it.effect("a record listed again is undeleted in the batch that lists it", () =>
+    Effect.gen(function* () {
+      const sql = yield* SqlClient
+      const runs = yield* CrawlRuns
+      yield* sql`
+        INSERT INTO crm.financial_accounts (id, deleted_at, source) VALUES
+          ('fa_401', now(), 'crawl'), ('fa_402', now(), 'crawl'), ('fa_403', NULL, 'crawl')`
+      const run = yield* runs.open("other", "financial_accounts", "crawl")
+      const batch = yield* sighted(run, ["fa_401", "fa_403", "fa_401"])
+      assert.strictEqual(batch.undeleted, 1)
+      const rows = yield* sql<{ id: string; deleted: boolean }>`
+        SELECT id, deleted_at IS NOT NULL AS deleted FROM crm.financial_accounts WHERE id LIKE 'fa_4%' ORDER BY id`
+      assert.deepStrictEqual(rows, [
+        { id: "fa_401", deleted: false },
+        { id: "fa_402", deleted: true },
+        { id: "fa_403", deleted: false }
+      ])
+    })
+  )
+})
