@@ -73,7 +73,10 @@ layer(EmptyTestDatabase)("0009_crawl_sightings", (it) => {
       const sightings = yield* sql<{ run_id: number; ids: ReadonlyArray<string> }>`
         SELECT run_id::int AS run_id, ids FROM crm_sync.crawl_sightings`
       assert.deepStrictEqual(sightings, [{ run_id: run!.id, ids: ["fa_1", "fa_3"] }])
-      const misses = yield* sql<{ id: string; misses: number }>`SELECT id, misses FROM crm_sync.crawl_misses ORDER BY id`
+      const misses = yield* sql<{
+        id: string
+        misses: number
+      }>`SELECT id, misses FROM crm_sync.crawl_misses ORDER BY id`
       assert.deepStrictEqual(misses, [
         { id: "fa_2", misses: 1 },
         { id: "fa_4", misses: 2 }
