@@ -243,37 +243,24 @@ export class CrawlRuns extends Context.Service<
       ) {
         const mapError = Effect.mapError(failed("CrawlRuns.finishClean"))
         const scope = sql`connection = ${run.connection} AND resource = ${run.resource}`
-        // Exact totals: a record seen in two batches (the listing shifted under the crawl, or a
-        // restart in between) counted twice as the batches were stored.
-        const [totals] = yield* sql<{ seen: number; received: number; newer: boolean }>`
-          SELECT
-            (SELECT count(*)::int FROM (SELECT DISTINCT unnest(ids) FROM crm_sync.crawl_sightings WHERE run_id = ${run.id}) AS s) AS seen,
-            (SELECT COALESCE(sum(cardinality(ids)), 0)::int FROM crm_sync.crawl_sightings WHERE run_id = ${run.id}) AS received,
-            EXISTS (SELECT 1 FROM crm_sync.crawl_runs WHERE ${scope} AND id > ${run.id}) AS newer`.pipe(mapError)
-        const { seen, received, newer } = totals!
-        const complete = (result: FinishResult) =>
-          sql`
-            UPDATE crm_sync.crawl_runs SET status = 'complete', finished_at = now(), progressed_at = now(),
-              seen = ${seen}, duplicates = ${received - seen},
-              absent = ${result.absent}, deleted = ${result.deleted}, note = ${result.note}
-            WHERE id = ${run.id}`.pipe(mapError, Effect.as(result))
-
-        if (newer) {
+        const [state] = yield* sql<{ newer: boolean }>`
+          SELECT EXISTS (SELECT 1 FROM crm_sync.crawl_runs WHERE ${scope} AND id > ${run.id}) AS newer`.pipe(mapError)
+        if (state!.newer) {
           // A newer crawl of these records began while this one was unfinished: this one's early
-          // pages are older than that crawl's view, so its absences prove nothing. Its sightings
-          // stay, to be compared by the next clean finish with everything seen since.
-          return yield* complete({
-            absent: 0,
-            deleted: 0,
-            refused: 0,
-            note: "a newer crawl of this resource began while this one was unfinished: no absences counted"
-          })
+          // pages are older than that crawl's view, so its absences prove nothing. (That crawl's
+          // finish may also have dropped this one's early sightings: the counts stay as stored.)
+          const note = "a newer crawl of this resource began while this one was unfinished: no absences counted"
+          yield* sql`
+            UPDATE crm_sync.crawl_runs SET status = 'complete', finished_at = now(), progressed_at = now(),
+              absent = 0, deleted = 0, note = ${note}
+            WHERE id = ${run.id}`.pipe(mapError)
+          return { absent: 0, deleted: 0, refused: 0, note } satisfies FinishResult
         }
 
         // The misses, in one statement: tracked before this crawl (sightings of earlier runs, and
         // the records still counting misses), less what this crawl saw, is what it missed. A sighting
         // by an earlier crawl that did not finish started the count over.
-        const [missed] = yield* sql<{ absent: number; candidates: ReadonlyArray<string> | null }>`
+        const [missed] = yield* sql<{ seen: number; absent: number; candidates: ReadonlyArray<string> | null }>`
           WITH earlier AS (
             SELECT id, status FROM crm_sync.crawl_runs WHERE ${scope} AND id < ${run.id}
           ),
@@ -309,9 +296,10 @@ export class CrawlRuns extends Context.Service<
             WHERE m.connection = ${run.connection} AND m.resource = ${run.resource}
               AND NOT EXISTS (SELECT 1 FROM absent a WHERE a.id = m.id)
           )
-          SELECT count(*)::int AS absent,
+          SELECT (SELECT count(*)::int FROM seen) AS seen, count(*)::int AS absent,
             array_agg(id ORDER BY id) FILTER (WHERE misses >= ${MISSES_TO_DELETE}) AS candidates
           FROM absent`.pipe(mapError)
+        const seen = missed?.seen ?? 0
         const absent = missed?.absent ?? 0
         const tracked = seen + absent
         // Candidates not still tracked by another connection's crawls (two connections to one
@@ -357,7 +345,17 @@ export class CrawlRuns extends Context.Service<
         yield* sql`
           DELETE FROM crm_sync.crawl_sightings
           WHERE run_id IN (SELECT id FROM crm_sync.crawl_runs WHERE ${scope} AND id < ${run.id})`.pipe(mapError)
-        return yield* complete({ absent, deleted, refused, note: notes.length === 0 ? null : notes.join("; ") })
+        const note = notes.length === 0 ? null : notes.join("; ")
+        // Exact totals: a record seen in two batches (the listing shifted under the crawl, or a
+        // restart in between) counted twice as the batches were stored.
+        yield* sql`
+          WITH sighted AS (SELECT ids FROM crm_sync.crawl_sightings WHERE run_id = ${run.id})
+          UPDATE crm_sync.crawl_runs SET status = 'complete', finished_at = now(), progressed_at = now(),
+            seen = ${seen},
+            duplicates = (SELECT COALESCE(sum(cardinality(ids)), 0) FROM sighted) - ${seen},
+            absent = ${absent}, deleted = ${deleted}, note = ${note}
+          WHERE id = ${run.id}`.pipe(mapError)
+        return { absent, deleted, refused, note } satisfies FinishResult
       })
 
       const fail = Effect.fn("CrawlRuns.fail")(

@@ -130,6 +130,7 @@ layer(Live, options)("CrawlRuns", (it) => {
 
   it.effect("a resumed crawl that a newer crawl overtook counts no absences", () =>
     Effect.gen(function* () {
+      const sql = yield* SqlClient
       const runs = yield* CrawlRuns
       yield* cleanCrawl("four", [ids(10, 301)])
       yield* cleanCrawl("four", [ids(9, 301)])
@@ -145,6 +146,8 @@ layer(Live, options)("CrawlRuns", (it) => {
       assert.strictEqual(finished.absent, 0, "its first page is older than the newer crawl's listing")
       assert.deepStrictEqual(finished.deletedIds, [])
       assert.include(finished.note ?? "", "newer crawl")
+      const [counted] = yield* sql<{ seen: number }>`SELECT seen FROM crm_sync.crawl_runs WHERE id = ${resumed.id}`
+      assert.strictEqual(counted!.seen, 6, "both parts of the resumed crawl count")
       // The next clean crawl compares with everything seen since the newer crawl's finish.
       const next = yield* cleanCrawl("four", [ids(10, 301)])
       assert.strictEqual(next.absent, 0)
