@@ -161,11 +161,17 @@ interface Fetched {
   readonly recheck: boolean
 }
 
+/**
+ * How a batch handed to a writer ended: committed; rolled back on an error; or never written
+ * because the crawl was being interrupted (a shutdown) — which the batches after it must end as
+ * too, rather than as an error that would mark a merely interrupted crawl failed.
+ */
+type BatchOutcome = "committed" | "failed" | "interrupted"
+
 /** A batch handed to a writer: its place in commit order, its record ids, and its outcome. */
 interface InFlight {
   readonly ids: ReadonlySet<string>
-  /** true once its transaction committed, false if it rolled back. */
-  readonly done: Deferred.Deferred<boolean>
+  readonly done: Deferred.Deferred<BatchOutcome>
 }
 
 const listFor = (client: CrmClientShape, resource: CrawlResource) => {
@@ -261,15 +267,15 @@ const fetchPages = (
   })
 
 /**
- * Whether a batch committed. A wait longer than `BATCH_WAIT` counts as not: it breaks a cycle
- * of waits that runs through another process (this batch's rows wanted by a transaction that
- * holds what the batch before needs), which PostgreSQL cannot see; the crawl then stops,
- * resumable, instead of hanging.
+ * How a batch ended. A wait longer than `BATCH_WAIT` counts as failed: it breaks a cycle of waits
+ * that runs through another process (this batch's rows wanted by a transaction that holds what the
+ * batch before needs), which PostgreSQL cannot see; the crawl then stops, resumable, instead of
+ * hanging.
  */
-const committed = (batch: InFlight) =>
+const outcomeOf = (batch: InFlight): Effect.Effect<BatchOutcome> =>
   Deferred.await(batch.done).pipe(
     Effect.timeoutOption(BATCH_WAIT),
-    Effect.map((outcome) => outcome._tag === "Some" && outcome.value)
+    Effect.map((outcome) => (outcome._tag === "Some" ? outcome.value : "failed"))
   )
 
 export class PageCrawler extends Context.Service<
@@ -302,6 +308,13 @@ export class PageCrawler extends Context.Service<
       })
 
       /**
+       * Goes on only after a commit of the batch in `outcome`: a batch before this one that was not
+       * stored stops this one too — as an error, or as an interruption if it was interrupted.
+       */
+      const requireCommitted = (outcome: BatchOutcome) =>
+        outcome === "committed" ? Effect.void : outcome === "interrupted" ? Effect.interrupt : Effect.fail(notStored)
+
+      /**
        * Stores a batch of fetched pages in one transaction; returns what it did. Two of these run
        * at once (`WRITERS`), and they must neither commit out of page order (a crash between the
        * two commits would leave `last_page` past pages never stored) nor wait on each other's row
@@ -310,8 +323,10 @@ export class PageCrawler extends Context.Service<
        * - first waits for any earlier batch still in flight that holds one of its records (drift
        *   duplicates, rare), so that it never locks a row an earlier batch will want;
        * - writes its records, then waits for the batch before it to commit before it merges
-       *   references, marks records seen and moves `last_page` (rows that batch also touches);
-       * - fails, and rolls back, if that batch did not commit: the crawl stops there, resumable.
+       *   references, notes the ids seen and moves `last_page` (rows that batch also touches);
+       * - rolls back if that batch did not commit: the crawl stops there, resumable. It fails if
+       *   that batch failed, and ends as interrupted if that batch was (a shutdown caught it
+       *   before it began): an interrupted crawl is not a failed one.
        * An earlier batch never waits on a later one: lock waits only ever point backwards.
        */
       const storeBatch = (
@@ -324,8 +339,10 @@ export class PageCrawler extends Context.Service<
         Effect.gen(function* () {
           const ledger = known.open()
           // Asked twice (before references, and before the bookkeeping), waited for once.
-          const previousCommitted =
-            order.previous === undefined ? Effect.succeed(true) : yield* Effect.cached(committed(order.previous))
+          const previousOutcome =
+            order.previous === undefined
+              ? Effect.succeed<BatchOutcome>("committed")
+              : yield* Effect.cached(outcomeOf(order.previous))
           /**
            * One try. The first takes no savepoint per chunk (`isolate: false`); if PostgreSQL refuses
            * a record it rolls back, and the second sets the refused records aside one by one.
@@ -334,7 +351,7 @@ export class PageCrawler extends Context.Service<
             sql.withTransaction(
               Effect.gen(function* () {
                 for (const earlier of order.overlapping) {
-                  if (!(yield* committed(earlier))) return yield* notStored
+                  yield* requireCommitted(yield* outcomeOf(earlier))
                 }
                 const prepared = combine(
                   run.resource,
@@ -343,10 +360,10 @@ export class PageCrawler extends Context.Service<
                 const counts = yield* warehouse.write(prepared, {
                   source: run.source,
                   known: ledger,
-                  beforeReferences: Effect.asVoid(previousCommitted),
+                  beforeReferences: Effect.asVoid(previousOutcome),
                   isolate
                 })
-                if (!(yield* previousCommitted)) return yield* notStored
+                yield* requireCommitted(yield* previousOutcome)
                 const inOrder = batch.filter((item) => !item.recheck)
                 const latest = (inOrder.length > 0 ? inOrder : batch).at(-1)!.page
                 const { undeleted } = yield* runs.recordBatch(run, {
@@ -448,7 +465,7 @@ export class PageCrawler extends Context.Service<
                   return id === undefined ? [] : [id]
                 })
               )
-              const self: InFlight = { ids: new Set(ids), done: Deferred.makeUnsafe<boolean>() }
+              const self: InFlight = { ids: new Set(ids), done: Deferred.makeUnsafe<BatchOutcome>() }
               const overlapping = inFlight.filter((other) => ids.some((id) => other.ids.has(id)))
               const previous = last
               inFlight.push(self)
@@ -465,7 +482,14 @@ export class PageCrawler extends Context.Service<
                 Effect.onExit((exit) =>
                   Effect.andThen(
                     Effect.sync(() => inFlight.splice(inFlight.indexOf(self), 1)),
-                    Deferred.succeed(self.done, Exit.isSuccess(exit))
+                    Deferred.succeed(
+                      self.done,
+                      Exit.isSuccess(exit)
+                        ? "committed"
+                        : Cause.hasInterruptsOnly(exit.cause)
+                          ? "interrupted"
+                          : "failed"
+                    )
                   )
                 )
               )

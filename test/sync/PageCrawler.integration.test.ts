@@ -1,8 +1,9 @@
 /**
  * Full-page crawls against the sandbox: page drift mid-crawl (removals re-checked at once,
  * changes caught by the next crawl), deletion by absence after two clean crawls and never after a
- * failed one, a mass disappearance refused and reported, a reappearing record undeleted, and an
- * interrupted crawl resumed without asking for its stored pages again.
+ * failed one, a mass disappearance refused and reported, a reappearing record undeleted, an
+ * interrupted crawl resumed without asking for its stored pages again, and interruptions landing
+ * anywhere in the pipeline leaving the crawl resumable rather than failed.
  */
 import { assert, layer } from "@effect/vitest"
 import { Effect, Fiber } from "effect"
@@ -330,6 +331,30 @@ layer(harness({ sandbox: { records: 2000 } }), options)("a record the database r
         ),
         []
       )
+    })
+  )
+})
+
+layer(harness({ sandbox: { records: 2000 } }), options)("interrupted anywhere", (it) => {
+  it.effect("a crawl interrupted at any moment stays resumable, never failed, and completes later", () =>
+    Effect.gen(function* () {
+      const sql = yield* SqlClient
+      const sandbox = yield* Sandbox
+      yield* sandbox.admin.addFault({ kind: "latency", ms: 5, path: "/v1/financial_accounts" })
+      // Interruptions landing at different moments of the pipeline: before the first page, while
+      // pages are fetched, decoded, queued and written by the two writers.
+      for (let i = 0; i < 16; i++) {
+        const fiber = yield* Effect.forkChild(crawl("financial_accounts"))
+        yield* Effect.sleep(`${3 + ((i * 7) % 40)} millis`)
+        yield* Fiber.interrupt(fiber)
+        const [run] = yield* sql<{ status: string; error: string | null }>`
+          SELECT status, error FROM crm_sync.crawl_runs ORDER BY id DESC LIMIT 1`
+        assert.notStrictEqual(run?.status, "failed", `interruption ${i}: ${run?.error}`)
+      }
+      yield* sandbox.admin.clearFaults
+      yield* crawl("financial_accounts")
+      const truth = yield* listAll("/v1/financial_accounts")
+      assert.deepStrictEqual(yield* compareTable("financial_accounts", truth), [])
     })
   )
 })

@@ -101,9 +101,9 @@ layer(harness({ sandbox: { records: 2000 } }), options)("shutdown mid-crawl", (i
 
       assert.strictEqual(yield* jobCount("crawl:financial_accounts", "interrupted"), 1)
       assert.strictEqual(yield* advisoryLocks, 0)
-      const [run] = yield* sql<{ status: string; last_page: number; seen: number }>`
-        SELECT status, last_page, seen FROM crm_sync.crawl_runs WHERE resource = 'financial_accounts'`
-      assert.strictEqual(run!.status, "running")
+      const [run] = yield* sql<{ status: string; last_page: number; seen: number; error: string | null }>`
+        SELECT status, last_page, seen, error FROM crm_sync.crawl_runs WHERE resource = 'financial_accounts'`
+      assert.strictEqual(run!.status, "running", `an interrupted crawl stays resumable (error: ${run!.error})`)
       // Every page recorded as stored is stored, and nothing more: the writes are whole pages.
       const [stored] = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM crm.financial_accounts`
       assert.strictEqual(stored!.n, run!.seen)
