@@ -230,6 +230,8 @@ const measure = (adminUrl: string, postmaster: number, size: number) =>
 const inFreshProcess = (adminUrl: string, postmaster: number, size: number) =>
   Effect.callback<Figures>((resume) => {
     const child = fork(fileURLToPath(import.meta.url), ["--measure", String(size), adminUrl, String(postmaster)], {
+      // The V8 flags every launcher of crm-sync gives Node (package.json, bin/, ops/Dockerfile).
+      execArgv: ["--max-semi-space-size=32"],
       stdio: ["ignore", "inherit", "inherit", "ipc"]
     })
     let figures: Figures | undefined

@@ -1,7 +1,7 @@
 /**
  * The operations files speak of metrics crm-sync really exports: every `crm_sync_*` name in the
- * alert rules and the dashboard is declared in the sources, and the daemon's image and manifests
- * run commands the CLI has.
+ * alert rules and the dashboard is declared in the sources, the daemon's image and manifests run
+ * commands the CLI has, and every way of starting crm-sync gives Node the same V8 flags.
  */
 import { assert, describe, it } from "@effect/vitest"
 import { readdirSync, readFileSync, statSync } from "node:fs"
@@ -44,12 +44,26 @@ describe("ops", () => {
 
   it("the image and the manifests run commands the CLI has, and probe the daemon's health routes", () => {
     const main = read("src/main.ts")
-    assert.match(read("ops/Dockerfile"), /ENTRYPOINT \["node", "src\/main.ts"\]/)
+    assert.match(read("ops/Dockerfile"), /ENTRYPOINT \["node", "--max-semi-space-size=32", "src\/main.ts"\]/)
     const manifests = read("ops/kubernetes/crm-sync.yaml")
     for (const [, command] of manifests.matchAll(/args: \["([a-z]+)"\]/g)) {
       assert.match(main, new RegExp(`Command\\.make\\(\\s*"${command}"`), `crm-sync ${command} exists`)
     }
     assert.include(manifests, "path: /healthz")
     assert.include(manifests, "path: /readyz")
+  })
+
+  it("every launcher starts Node with crm-sync's V8 flags", () => {
+    const flag = "--max-semi-space-size=32"
+    const scripts = JSON.parse(read("package.json")).scripts as Record<string, string>
+    assert.include(scripts.start, `node ${flag} src/main.ts`)
+    assert.include(scripts["crm-sync"], `node ${flag} src/main.ts`)
+    assert.include(read("bin/crm-sync.js"), `["${flag}"]`)
+    assert.include(read("ops/Dockerfile"), `"${flag}"`)
+    assert.include(
+      read("test/bench/crawl.ts"),
+      `execArgv: ["${flag}"]`,
+      "the benchmark measures the process as launched"
+    )
   })
 })
