@@ -206,7 +206,9 @@ layer(harness({ config: { sync: { deletion_threshold: 0.6 } } }), options)("reap
   )
 })
 
-layer(harness({ sandbox: { records: 2000 } }), options)("interrupted crawl", (it) => {
+// Enough pages (about 36) that the interruption lands mid-crawl even with every request the
+// crawler keeps in flight answered at once.
+layer(harness({ sandbox: { records: 6000 } }), options)("interrupted crawl", (it) => {
   it.effect("resumes after the last stored page without asking for stored pages again", () =>
     Effect.gen(function* () {
       const sql = yield* SqlClient

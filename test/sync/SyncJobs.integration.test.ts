@@ -83,7 +83,9 @@ layer(harness({ config: { schedules: { crawl: "1 hour" } } }), options)("crawl s
   )
 })
 
-layer(harness({ sandbox: { records: 2000 } }), options)("shutdown mid-crawl", (it) => {
+// Enough pages (about 36) that the interruption lands mid-crawl even with every request the
+// crawler keeps in flight answered at once.
+layer(harness({ sandbox: { records: 6000 } }), options)("shutdown mid-crawl", (it) => {
   it.effect("commits the page in hand, records the run as interrupted, and resumes at the next start", () =>
     Effect.gen(function* () {
       const sql = yield* SqlClient
