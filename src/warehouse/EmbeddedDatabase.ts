@@ -151,20 +151,42 @@ export const acquireEmbeddedDatabase = Effect.fn("EmbeddedDatabase.acquire")(fun
         owned: typeof started !== "number"
       }))
     ),
-    (database) => (database.owned ? Effect.tryPromise(() => stopUnlessShared(server)).pipe(Effect.ignore) : Effect.void)
+    (database) =>
+      database.owned
+        ? Effect.tryPromise(() => stopUnlessShared(server)).pipe(
+            Effect.catch((error) =>
+              Effect.logWarning("embedded PostgreSQL: could not stop the server; it may still be running").pipe(
+                Effect.annotateLogs({ dataDirectory: database.dataDirectory, error: String(error.cause ?? error) })
+              )
+            )
+          )
+        : Effect.void
   )
 })
 
-/** Leaves the server up while another process still has a connection open to it. */
+/** How long a connection just closed may still show as a backend, and how often to look. */
+const SETTLE_CHECKS = 20
+const SETTLE_INTERVAL_MS = 50
+
+/**
+ * Leaves the server up while another process still has a connection open to it. A connection
+ * closed a moment ago (this process's own pool, as the program ends) can still show in
+ * `pg_stat_activity` until its backend exits, so the count is asked again for up to a second
+ * before the server is left running.
+ */
 const stopUnlessShared = async (server: EmbeddedPostgres) => {
   const client = server.getPgClient("postgres", "127.0.0.1")
   let others = 0
   try {
     await client.connect()
-    const result = await client.query(
-      "SELECT count(*)::int AS n FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()"
-    )
-    others = result.rows[0]?.n ?? 0
+    for (let check = 0; check < SETTLE_CHECKS; check++) {
+      const result = await client.query(
+        "SELECT count(*)::int AS n FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()"
+      )
+      others = result.rows[0]?.n ?? 0
+      if (others === 0) break
+      await new Promise((resolve) => setTimeout(resolve, SETTLE_INTERVAL_MS))
+    }
   } finally {
     await client.end().catch(quiet)
   }
