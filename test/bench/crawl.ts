@@ -20,7 +20,7 @@
  */
 import { NodeHttpClient } from "@effect/platform-node"
 import { PgClient } from "@effect/sql-pg"
-import { Effect, Layer, Redacted } from "effect"
+import { Effect, Fiber, Layer, Redacted } from "effect"
 import { Reactivity } from "effect/reactivity"
 import { SqlClient } from "effect/sql/SqlClient"
 import { fork } from "node:child_process"
@@ -243,6 +243,8 @@ const inFreshProcess = (adminUrl: string, postmaster: number, size: number) =>
           : Effect.succeed(figures)
       )
     )
+    // Interrupted (Ctrl-C): the measurement goes too, before the database it writes to.
+    return Effect.sync(() => void child.kill())
   })
 
 const main = Effect.gen(function* () {
@@ -293,8 +295,10 @@ const report = (results: ReadonlyArray<Figures>) => {
 const sandboxSize = argument("--sandbox")
 const measureIndex = process.argv.indexOf("--measure")
 if (sandboxSize !== undefined) {
-  // A normal exit when the bench ends it, so that a profile asked for in BENCH_SANDBOX_ARGS is written.
+  // A normal exit when the bench ends it, so that a profile asked for in BENCH_SANDBOX_ARGS is written;
+  // and when the process that started it is gone, however it went.
   process.on("SIGTERM", () => process.exit(0))
+  process.on("disconnect", () => process.exit(0))
   Effect.runFork(runSandbox(Number(sandboxSize)))
 } else if (measureIndex >= 0) {
   const [size, adminUrl, postmaster] = process.argv.slice(measureIndex + 1)
@@ -306,7 +310,11 @@ if (sandboxSize !== undefined) {
     }
   )
 } else {
-  Effect.runPromise(Effect.scoped(main)).then(
+  // Ctrl-C or SIGTERM interrupts the run, so that its scope stops the sandbox, the measurement and
+  // the embedded PostgreSQL instead of leaving them running.
+  const run = Effect.runFork(Effect.scoped(main))
+  for (const signal of ["SIGINT", "SIGTERM"] as const) process.once(signal, () => run.interruptUnsafe())
+  Effect.runPromise(Fiber.join(run)).then(
     async (results) => {
       const text = report(results)
       console.log(`\n${text}\n`)
