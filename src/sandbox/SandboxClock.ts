@@ -49,11 +49,40 @@ export class SandboxClock extends Context.Service<
   )
 }
 
+const DAY_MS = 86_400_000
+const TWO_DIGITS = Array.from({ length: 100 }, (_, n) => String(n).padStart(2, "0"))
+const THREE_DIGITS = Array.from({ length: 1000 }, (_, n) => String(n).padStart(3, "0"))
+
 /**
- * ISO 8601 in UTC with milliseconds, the format of every sandbox timestamp (what
- * `DateTime.formatIso` prints, without building a DateTime: records are generated as pages are read).
+ * ISO 8601 in UTC with milliseconds, the format of every sandbox timestamp: what
+ * `Date.prototype.toISOString` prints, computed with integer arithmetic (the civil date of a day
+ * number, after Howard Hinnant's `civil_from_days`) in about a third of its time. Records are
+ * generated as pages are read, three or more timestamps each. Years outside 0–9999 (never
+ * generated) take `toISOString`'s own path.
  */
-export const iso = (millis: number): string => new Date(millis).toISOString()
+export const iso = (millis: number): string => {
+  const days = Math.floor(millis / DAY_MS)
+  let rest = millis - days * DAY_MS
+  const shifted = days + 719_468 // days from 0000-03-01
+  const era = Math.floor(shifted / 146_097)
+  const dayOfEra = shifted - era * 146_097
+  const yearOfEra = Math.floor(
+    (dayOfEra - Math.floor(dayOfEra / 1460) + Math.floor(dayOfEra / 36_524) - Math.floor(dayOfEra / 146_096)) / 365
+  )
+  const dayOfYear = dayOfEra - (365 * yearOfEra + Math.floor(yearOfEra / 4) - Math.floor(yearOfEra / 100))
+  const monthIndex = Math.floor((5 * dayOfYear + 2) / 153) // from March
+  const day = dayOfYear - Math.floor((153 * monthIndex + 2) / 5) + 1
+  const month = monthIndex < 10 ? monthIndex + 3 : monthIndex - 9
+  const year = yearOfEra + era * 400 + (month <= 2 ? 1 : 0)
+  if (!Number.isInteger(millis) || year < 0 || year > 9999) return new Date(millis).toISOString()
+  const hour = Math.floor(rest / 3_600_000)
+  rest -= hour * 3_600_000
+  const minute = Math.floor(rest / 60_000)
+  rest -= minute * 60_000
+  const second = Math.floor(rest / 1000)
+  const yyyy = year < 1000 ? String(year).padStart(4, "0") : String(year)
+  return `${yyyy}-${TWO_DIGITS[month]}-${TWO_DIGITS[day]}T${TWO_DIGITS[hour]}:${TWO_DIGITS[minute]}:${TWO_DIGITS[second]}.${THREE_DIGITS[rest - second * 1000]}Z`
+}
 
 /** `YYYY-MM-DD` in UTC. */
 export const isoDate = (millis: number): string => iso(millis).slice(0, 10)
