@@ -260,7 +260,12 @@ export class CrawlRuns extends Context.Service<
         // The misses, in one statement: tracked before this crawl (sightings of earlier runs, and
         // the records still counting misses), less what this crawl saw, is what it missed. A sighting
         // by an earlier crawl that did not finish started the count over.
-        const [missed] = yield* sql<{ seen: number; absent: number; candidates: ReadonlyArray<string> | null }>`
+        const [missed] = yield* sql<{
+          seen: number
+          received: number
+          absent: number
+          candidates: ReadonlyArray<string> | null
+        }>`
           WITH earlier AS (
             SELECT id, status FROM crm_sync.crawl_runs WHERE ${scope} AND id < ${run.id}
           ),
@@ -296,13 +301,15 @@ export class CrawlRuns extends Context.Service<
           ),
           cleared AS (
             DELETE FROM crm_sync.crawl_misses m
-            WHERE m.connection = ${run.connection} AND m.resource = ${run.resource}
-              AND NOT EXISTS (SELECT 1 FROM absent a WHERE a.id = m.id)
+            WHERE ${scope} AND NOT EXISTS (SELECT 1 FROM absent a WHERE a.id = m.id)
           )
-          SELECT (SELECT count(*)::int FROM seen) AS seen, count(*)::int AS absent,
+          SELECT (SELECT count(*)::int FROM seen) AS seen,
+            (SELECT COALESCE(sum(cardinality(ids)), 0)::int FROM crm_sync.crawl_sightings WHERE run_id = ${run.id}) AS received,
+            count(*)::int AS absent,
             array_agg(id ORDER BY id) FILTER (WHERE misses >= ${MISSES_TO_DELETE}) AS candidates
           FROM absent`.pipe(mapError)
         const seen = missed?.seen ?? 0
+        const received = missed?.received ?? 0
         const absent = missed?.absent ?? 0
         const tracked = seen + absent
         // Candidates not still tracked by another connection's crawls (two connections to one
@@ -352,10 +359,8 @@ export class CrawlRuns extends Context.Service<
         // Exact totals: a record seen in two batches (the listing shifted under the crawl, or a
         // restart in between) counted twice as the batches were stored.
         yield* sql`
-          WITH sighted AS (SELECT ids FROM crm_sync.crawl_sightings WHERE run_id = ${run.id})
           UPDATE crm_sync.crawl_runs SET status = 'complete', finished_at = now(), progressed_at = now(),
-            seen = ${seen},
-            duplicates = (SELECT COALESCE(sum(cardinality(ids)), 0) FROM sighted) - ${seen},
+            seen = ${seen}, duplicates = ${received - seen},
             absent = ${absent}, deleted = ${deleted}, note = ${note}
           WHERE id = ${run.id}`.pipe(mapError)
         return { absent, deleted, refused, note } satisfies FinishResult
