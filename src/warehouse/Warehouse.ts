@@ -15,7 +15,7 @@
 import { Context, DateTime, Effect, identity, Layer, Option, Result, Schema } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
 import { ConstraintError, isSqlError, type SqlError, UniqueViolation, UnknownError } from "effect/sql/SqlError"
-import { timestampMillis } from "../crm/Fields.ts"
+import { fastDecoder, timestampMillis } from "../crm/Fields.ts"
 import * as BatchSql from "./BatchSql.ts"
 import type { WriteOutcome } from "./BatchSql.ts"
 import {
@@ -245,11 +245,12 @@ const decoders = new Map<AnyTable, (input: unknown) => Result.Result<unknown, Sc
 const decoderOf = (table: AnyTable) => {
   let decode = decoders.get(table)
   if (decode === undefined) {
+    const fast = fastDecoder(table.schema)
     const run = Schema.decodeUnknownResult(table.schema)
-    // Stopping at the first issue is the cheaper pass (most records are valid); a record that
-    // fails is decoded again for every issue, which its rejection reports.
+    // The fast pass stops at the first issue (most records are valid); a record that fails is
+    // decoded again with the model for every issue, which its rejection reports.
     decode = (input: unknown) => {
-      const first = run(input, { errors: "first" })
+      const first = fast(input)
       return Result.isSuccess(first) ? first : run(input, { errors: "all" })
     }
     decoders.set(table, decode)
