@@ -82,34 +82,36 @@ export interface WriteOptions {
 
 /** What a write asks of `KnownReferences`: which references need no merging, and what it merged. */
 export interface ReferenceLedger {
-  has(key: string): boolean
-  add(keys: Iterable<string>): void
+  has(resource: ReferenceResource, id: string): boolean
+  add(references: Iterable<readonly [ReferenceResource, string]>): void
 }
 
 /**
  * The reference rows (users, teams, households) one run of writes has already merged, so that a
  * sighting that only names one (`{id}`, as every financial account names its household) is not
  * merged again batch after batch: merging a bare id into an existing row changes nothing. Each
- * transaction writes through a ledger of its own (`open`); its keys become known only when the
- * caller says that transaction committed (`settle`), and `discard` forgets them. Scope one to a
- * single crawl: it does not see other writers.
+ * transaction writes through a ledger of its own (`open`); its references become known only when
+ * the caller says that transaction committed (`settle`), and `discard` forgets them. Scope one to
+ * a single crawl: it does not see other writers. Ids are kept per resource, so that asking about
+ * one builds no key string (once per record of a crawl).
  */
 export class KnownReferences {
-  readonly #settled = new Set<string>()
-  static key(resource: ReferenceResource, id: string): string {
-    return `${resource}:${id}`
-  }
+  readonly #settled = new Map<ReferenceResource, Set<string>>()
   /** The ledger of one transaction. */
   open(): ReferenceLedger & { settle(): void; discard(): void } {
     const settled = this.#settled
-    let pending: Array<string> = []
+    let pending: Array<readonly [ReferenceResource, string]> = []
     return {
-      has: (key) => settled.has(key),
-      add: (keys) => {
-        for (const key of keys) pending.push(key)
+      has: (resource, id) => settled.get(resource)?.has(id) === true,
+      add: (references) => {
+        for (const reference of references) pending.push(reference)
       },
       settle: () => {
-        for (const key of pending) settled.add(key)
+        for (const [resource, id] of pending) {
+          let ids = settled.get(resource)
+          if (ids === undefined) settled.set(resource, (ids = new Set()))
+          ids.add(id)
+        }
         pending = []
       },
       discard: () => {
@@ -352,6 +354,12 @@ const mergeSightings = (
   return out
 }
 
+/** Whether a reference sighting names nothing but the id. */
+const onlyId = (record: Readonly<Record<string, unknown>>): boolean => {
+  for (const key in record) if (key !== "id") return false
+  return true
+}
+
 const isPlainObject = (u: unknown): u is Readonly<Record<string, unknown>> => {
   if (!isObject(u)) return false
   const proto = Object.getPrototypeOf(u)
@@ -558,27 +566,32 @@ export class Warehouse extends Context.Service<
         }
       })
 
-      /** Merges the references the written records mention; returns their keys (KnownReferences). */
+      /**
+       * Merges the references the written records mention; returns those the ledger did not know
+       * yet (KnownReferences), for the caller to add once they are stored.
+       */
       const mergeReferences = Effect.fnUntraced(function* (
         written: ReadonlyArray<Decoded>,
         table: AnyTable,
         source: Source,
         known: ReferenceLedger | undefined
       ) {
-        const sightings = mergeSightings(written.flatMap((item) => table.sightings(item.record)))
-        const keys: Array<string> = []
-        for (const [resource, records] of sightings) {
+        const sightings = written.flatMap((item) => table.sightings(item.record))
+        // A sighting of a known reference that names only its id would change nothing.
+        const wanted =
+          known === undefined
+            ? sightings
+            : sightings.filter(({ resource, record }) => !onlyId(record) || !known.has(resource, record.id))
+        const learned: Array<readonly [ReferenceResource, string]> = []
+        for (const [resource, news] of mergeSightings(wanted)) {
           const reference: AnyTable = Tables[resource]
-          const news = records.filter((record) => {
-            const key = KnownReferences.key(resource, record.id)
-            keys.push(key)
-            return known === undefined || !known.has(key) || Object.keys(record).length > 1
-          })
-          if (news.length === 0) continue
+          if (known !== undefined) {
+            for (const record of news) if (!known.has(resource, record.id)) learned.push([resource, record.id])
+          }
           const rows = news.map((record) => referenceRow(reference, record))
           yield* sql.unsafe(writeStatement(reference), [JSON.stringify(rows), source])
         }
-        return keys
+        return learned
       })
 
       /**
