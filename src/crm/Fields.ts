@@ -244,8 +244,8 @@ const tolerant = <S extends Schema.Top>(schema: S, form: TolerantForm): S => {
 
 /**
  * A schema that validates what `schema` validates, without the per-field transformations of
- * `Nullable` and `List`, and `fill`, which turns its output into what `schema` decodes to. Absent
- * when `schema` has nothing to gain (no tolerant field, or a shape this does not take apart).
+ * `Nullable` and `List`, and `fill`, which turns its output into what `schema` decodes to. `fill`
+ * is undefined when `schema` is used as it is (no tolerant field, or a shape not taken apart).
  */
 interface Plain {
   readonly schema: Schema.Top
@@ -310,7 +310,7 @@ const plainOf = (schema: Schema.Top): Plain => {
 
 /**
  * Decodes with `model` the way `Schema.decodeUnknownResult(model)` does, stopping at the first
- * issue, for about half the time: every `Nullable` and `List` field is a transformation, and a
+ * issue, in about two thirds of the time (4.4 µs instead of 6.7 for a financial account): every `Nullable` and `List` field is a transformation, and a
  * record of a dozen of them spent most of its decoding in the machinery (an `Option` each way,
  * the decoded side checked again). Here the record is validated once against the same schemas
  * without those transformations, and one pass fills in the nulls and empty lists. The result is
