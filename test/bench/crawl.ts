@@ -13,6 +13,11 @@
  * backends, the sandbox) and prints it per record written, with the rate the machine's cores
  * could reach at that cost if they were busy all the time.
  *
+ * Before each size, with nothing else running, it times a fixed workload on one core (the sandbox
+ * generating and serializing 20,000 financial accounts) and prints it beside the figures: this
+ * machine's speed varies by a fifth and more during a day, and the reference tells runs made on a
+ * slow machine from slow code.
+ *
  * Targets: at least 20,000 records/s, and peak memory that does not grow with the record count
  * (at most 512 MB). The figures are printed and written into README.md and docs/sync.md between
  * the `bench:crawl` markers (`--no-docs` only prints). Each size is measured in a process of its
@@ -31,6 +36,8 @@ import { fileURLToPath } from "node:url"
 import { AppConfig } from "../../src/config/AppConfig.ts"
 import { RateBudget } from "../../src/budget/RateBudget.ts"
 import { Credentials } from "../../src/crm/Credentials.ts"
+import { buildWorld } from "../../src/sandbox/Generator.ts"
+import { resolveOptions } from "../../src/sandbox/Options.ts"
 import { Sandbox } from "../../src/sandbox/Sandbox.ts"
 import { backfill } from "../../src/sync/Backfill.ts"
 import { acquireEmbeddedDatabase } from "../../src/warehouse/EmbeddedDatabase.ts"
@@ -149,7 +156,37 @@ interface Figures {
   readonly baselineRssMb: number
   /** CPU time per record written, in microseconds: the backfill process, PostgreSQL, the sandbox. */
   readonly cpu: { readonly backfill: number; readonly postgres: number; readonly sandbox: number }
+  /** The reference workload's time per record, in microseconds (see `reference`). */
+  readonly referenceUs?: number
 }
+
+const REFERENCE_RECORDS = 20_000
+
+/**
+ * The machine's speed at this moment: generating and serializing, in pages of 100,
+ * `REFERENCE_RECORDS` financial accounts of the sandbox's (the same data every time), best of five
+ * rounds, in µs a record. The same code in every run, so only the machine makes it vary.
+ */
+const reference = Effect.gen(function* () {
+  const options = yield* resolveOptions({
+    seed: 1,
+    records: Math.ceil(REFERENCE_RECORDS / ACCOUNT_SHARE),
+    companies: 1
+  })
+  const accounts = buildWorld(options).financialAccounts
+  const count = Math.min(REFERENCE_RECORDS, accounts.totalCount)
+  let best = Infinity
+  for (let round = 0; round < 5; round++) {
+    const started = performance.now()
+    for (let first = 0; first < count; first += 100) {
+      const data = []
+      for (let index = first; index < Math.min(count, first + 100); index++) data.push(accounts.get(index))
+      JSON.stringify({ data })
+    }
+    best = Math.min(best, ((performance.now() - started) * 1000) / count)
+  }
+  return Math.round(best * 10) / 10
+})
 
 const database = (adminUrl: string, name: string) =>
   Layer.unwrap(
@@ -255,8 +292,11 @@ const main = Effect.gen(function* () {
   const postmaster = Number(readFileSync(join(server.dataDirectory, "postmaster.pid"), "utf8").split("\n")[0])
   const results: Array<Figures> = []
   for (const size of SIZES) {
-    console.error(`backfilling ${size.toLocaleString("en-US")} financial accounts…`)
-    const figures = yield* inFreshProcess(adminUrl, postmaster, size)
+    const referenceUs = yield* reference
+    console.error(
+      `backfilling ${size.toLocaleString("en-US")} financial accounts (reference workload ${referenceUs} µs)…`
+    )
+    const figures = { ...(yield* inFreshProcess(adminUrl, postmaster, size)), referenceUs }
     console.error(
       `  ${figures.records} records in ${figures.seconds.toFixed(1)} s: ${figures.recordsPerSecond}/s, peak RSS ${figures.peakRssMb} MB, ` +
         `CPU per record: backfill ${figures.cpu.backfill} µs, PostgreSQL ${figures.cpu.postgres} µs, sandbox ${figures.cpu.sandbox} µs`
@@ -272,7 +312,7 @@ const report = (results: ReadonlyArray<Figures>) => {
   const total = (r: Figures) => r.cpu.backfill + r.cpu.postgres + r.cpu.sandbox
   const rows = results.map(
     (r) =>
-      `| ${number(r.records)} | ${number(r.requests)} | ${r.seconds.toFixed(1)} s | ${number(r.recordsPerSecond)}/s | ${number(r.peakRssMb)} MB (${number(r.baselineRssMb)} MB at start) | ${r.cpu.backfill} + ${r.cpu.postgres} + ${r.cpu.sandbox} = ${total(r)} µs |`
+      `| ${number(r.records)} | ${number(r.requests)} | ${r.seconds.toFixed(1)} s | ${number(r.recordsPerSecond)}/s | ${number(r.peakRssMb)} MB (${number(r.baselineRssMb)} MB at start) | ${r.cpu.backfill} + ${r.cpu.postgres} + ${r.cpu.sandbox} = ${total(r)} µs | ${r.referenceUs === undefined ? "–" : r.referenceUs.toFixed(1)} µs |`
   )
   const cores = availableParallelism()
   const ceiling = results.map((r) => `${number(Math.round((cores * 1e6) / total(r)))}/s at ${number(r.records)}`)
@@ -282,11 +322,11 @@ const report = (results: ReadonlyArray<Figures>) => {
   return [
     `Measured ${new Date().toISOString().slice(0, 10)} on this machine (${availableParallelism()} CPUs shared by the backfill, the sandbox and PostgreSQL), embedded PostgreSQL, loopback sandbox without rate limits, \`npx node test/bench/crawl.ts\`:`,
     "",
-    "| financial accounts | requests | time | records written per second | peak RSS of the backfill | CPU per record: backfill + PostgreSQL + sandbox |",
-    "|---|---|---|---|---|---|",
+    "| financial accounts | requests | time | records written per second | peak RSS of the backfill | CPU per record: backfill + PostgreSQL + sandbox | reference workload |",
+    "|---|---|---|---|---|---|---|",
     ...rows,
     "",
-    `CPU per record is each process's CPU time (user + system, from \`/proc\`) during the backfill, divided by the records written. With every core busy all the time, ${cores} cores would write at most ${ceiling.join(" and ")}: the ceiling of this machine at these costs.`,
+    `CPU per record is each process's CPU time (user + system, from \`/proc\`) during the backfill, divided by the records written. With every core busy all the time, ${cores} cores would write at most ${ceiling.join(" and ")}: the ceiling of this machine at these costs. The reference workload, timed just before each run with nothing else running, is the same code every time (the sandbox generating and serializing ${number(REFERENCE_RECORDS)} financial accounts, one core, µs a record): it moves only with the machine's speed, so runs compare fairly only at similar references.`,
     "",
     `Target ≥ 20,000 records/s: ${fastEnough ? "met" : "**not met**"}. Peak memory ≤ 512 MB and flat in the record count: ${bounded ? "met" : "**not met**"} (${growth >= 0 ? "+" : ""}${growth} MB from the smallest to the largest run).`
   ].join("\n")
