@@ -267,8 +267,9 @@ const measure = (adminUrl: string, postmaster: number, size: number) =>
 const inFreshProcess = (adminUrl: string, postmaster: number, size: number) =>
   Effect.callback<Figures>((resume) => {
     const child = fork(fileURLToPath(import.meta.url), ["--measure", String(size), adminUrl, String(postmaster)], {
-      // The V8 flags every launcher of crm-sync gives Node (package.json, bin/, ops/Dockerfile).
-      execArgv: ["--max-semi-space-size=32"],
+      // The V8 flags every launcher of crm-sync gives Node (package.json, bin/, ops/Dockerfile), and
+      // BENCH_MEASURE_ARGS: extra ones for the backfilling process, e.g. "--cpu-prof" to profile it.
+      execArgv: ["--max-semi-space-size=32", ...(process.env.BENCH_MEASURE_ARGS ?? "").split(" ").filter(Boolean)],
       stdio: ["ignore", "inherit", "inherit", "ipc"]
     })
     let figures: Figures | undefined

@@ -32,14 +32,16 @@ describe("embedded PostgreSQL", () => {
           yield* sql`INSERT INTO crm_sync_test_marker VALUES (1)`
           // A new cluster sorts text by code point whatever the host's locale, and still knows
           // Unicode's upper case.
-          const [sorted] = yield* sql<{ provider: string; sorted: Array<string>; upper: string }>`
+          // Unicode's upper case. New WAL segments are not zero-filled first.
+          const [sorted] = yield* sql<{ provider: string; sorted: Array<string>; upper: string; walInitZero: string }>`
             SELECT (SELECT datlocprovider FROM pg_database WHERE datname = current_database()) AS provider,
               (SELECT array_agg(x ORDER BY x) FROM unnest(ARRAY['b', 'é', 'B', 'a', 'Z', 'fa_10', 'fa_9']) AS x) AS sorted,
-              upper('déjà') AS upper`
+              upper('déjà') AS upper, current_setting('wal_init_zero') AS "walInitZero"`
           assert.deepStrictEqual(sorted, {
             provider: "b",
             sorted: ["B", "Z", "a", "b", "fa_10", "fa_9", "é"],
-            upper: "DÉJÀ"
+            upper: "DÉJÀ",
+            walInitZero: "off"
           })
         })
       )
