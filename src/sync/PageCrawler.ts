@@ -154,10 +154,17 @@ export interface CrawlSummary {
 /**
  * A page as fetched (in order, or read again after a drop in the totals), its records already
  * decoded for the warehouse: decoding happens as each answer arrives, while the writer waits on
- * the database, rather than in the writer's turn.
+ * the database, rather than in the writer's turn. The received objects are not kept, only the
+ * ids they carry: a page waits in the queue long enough for V8 to move what it holds to its old
+ * generation (docs/sync.md, "Benchmark").
  */
 interface Fetched {
-  readonly page: ListPage<unknown>
+  /** The page's number. */
+  readonly page: number
+  readonly pagination: ListPage<unknown>["pagination"]
+  /** How many records the page listed, and the ids of those that carry one (decoded or not). */
+  readonly size: number
+  readonly ids: ReadonlyArray<string>
   readonly prepared: Prepared
   readonly recheck: boolean
 }
@@ -189,7 +196,16 @@ const listFor = (client: CrmClientShape, resource: CrawlResource) => {
     }
   }
   return (page: number): Effect.Effect<Omit<Fetched, "recheck">, CrmError> =>
-    Effect.map(list(page), (read) => ({ page: read, prepared: prepare(resource, read.data) }))
+    Effect.map(list(page), (read) => ({
+      page: read.page,
+      pagination: read.pagination,
+      size: read.data.length,
+      ids: read.data.flatMap((raw) => {
+        const id = idOf(raw)
+        return id === undefined ? [] : [id]
+      }),
+      prepared: prepare(resource, read.data)
+    }))
 }
 
 /** The record's id as received (an undecodable record may still carry one). */
@@ -242,8 +258,8 @@ const fetchPages = (
           nextPage++
         }
         const head = inFlight.shift()!
-        const { page: fetched, prepared } = yield* Fiber.join(head.fiber)
-        yield* Queue.offer(queue, { page: fetched, prepared, recheck: false })
+        const fetched = yield* Fiber.join(head.fiber)
+        yield* Queue.offer(queue, { ...fetched, recheck: false })
         const total = fetched.pagination.total_count
         knownPages = fetched.pagination.total_pages
         if (previousTotal !== null && total < previousTotal && head.page > 1) {
@@ -260,7 +276,7 @@ const fetchPages = (
           }
         }
         previousTotal = total
-        if (fetched.data.length === 0 || head.page >= fetched.pagination.total_pages) return
+        if (fetched.size === 0 || head.page >= fetched.pagination.total_pages) return
         // The list may have shrunk under requests already sent: they only cost a request.
         if (nextPage > knownPages + 1) yield* stopAll
       }
@@ -366,9 +382,9 @@ export class PageCrawler extends Context.Service<
                 })
                 yield* requireCommitted(yield* previousOutcome)
                 const inOrder = batch.filter((item) => !item.recheck)
-                const latest = (inOrder.length > 0 ? inOrder : batch).at(-1)!.page
+                const latest = (inOrder.length > 0 ? inOrder : batch).at(-1)!
                 const { undeleted } = yield* runs.recordBatch(run, {
-                  lastPage: inOrder.length > 0 ? Math.max(...inOrder.map((item) => item.page.page)) : 0,
+                  lastPage: inOrder.length > 0 ? Math.max(...inOrder.map((item) => item.page)) : 0,
                   totalPages: latest.pagination.total_pages,
                   totalCount: latest.pagination.total_count,
                   ids: ids.all,
@@ -460,12 +476,7 @@ export class PageCrawler extends Context.Service<
                 if (Cause.isDone(taken.failure)) return undefined
                 return yield* Effect.fail(taken.failure)
               }
-              const ids = taken.success.flatMap((item) =>
-                item.page.data.flatMap((raw) => {
-                  const id = idOf(raw)
-                  return id === undefined ? [] : [id]
-                })
-              )
+              const ids = taken.success.flatMap((item) => item.ids)
               const self: InFlight = { ids: new Set(ids), done: Deferred.makeUnsafe<BatchOutcome>() }
               const overlapping = inFlight.filter((other) => ids.some((id) => other.ids.has(id)))
               const previous = last
@@ -504,7 +515,7 @@ export class PageCrawler extends Context.Service<
               counts = addUpsertResults(counts, stored.counts)
               requests += batch.length
               seen += stored.fresh
-              lastPage = Math.max(lastPage, ...batch.filter((i) => !i.recheck).map((i) => i.page.page))
+              lastPage = Math.max(lastPage, ...batch.filter((i) => !i.recheck).map((i) => i.page))
               if (options.onProgress !== undefined) {
                 yield* options.onProgress({
                   connection,

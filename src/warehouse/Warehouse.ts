@@ -175,14 +175,27 @@ export class WarehouseError extends Schema.TaggedError<WarehouseError>()("Wareho
 
 type AnyTable = TableDescriptor<any>
 
-/** A record that decoded, with what the SQL needs from it. */
+/**
+ * A record that decoded, with what the SQL needs from it: no more. A crawl holds a few thousand
+ * of these between decoding and commit, long enough for V8 to move them to its old generation,
+ * and the received object and the decoded record were more than the row built from them: keeping
+ * them cost the backfilling process about a tenth of its CPU in garbage collection
+ * (docs/sync.md, "Benchmark").
+ */
 interface Decoded {
-  readonly raw: Readonly<Record<string, unknown>>
-  readonly record: unknown
   readonly id: string
   readonly updatedAt: string | null
-  /** Its row for the batch statement, as JSON (see `recordRow`). */
+  /** Its row for the batch statement, as JSON (see `recordRow`); `raw` in it is the received object. */
   readonly json: string
+  /** The references it names (users, teams, households), found as it was decoded. */
+  readonly sightings: ReadonlyArray<Sighting>
+  /** For a table with child lists only: the received object and its decoded record, for the child rows. */
+  readonly parts: Parts | undefined
+}
+
+interface Parts {
+  readonly raw: Readonly<Record<string, unknown>>
+  readonly record: unknown
 }
 
 /**
@@ -290,8 +303,10 @@ export const prepare = (resource: Resource, records: ReadonlyArray<unknown>): Pr
       continue
     }
     const record = result.success
-    const item = { raw, record, id: table.id(record), updatedAt: table.updatedAt(record) }
-    const row = table.kind === "record" ? recordRow(table, item) : { ...table.row(record), id: item.id, raw }
+    const id = table.id(record)
+    const updatedAt = table.updatedAt(record)
+    const row =
+      table.kind === "record" ? recordRow(table, raw, record, id, updatedAt) : { ...table.row(record), id, raw }
     const json = JSON.stringify(row)
     // JSON.stringify writes U+0000 and unpaired surrogates, keys included, as \u escapes: a row
     // without any needs no walk through its values.
@@ -299,7 +314,13 @@ export const prepare = (resource: Resource, records: ReadonlyArray<unknown>): Pr
       unstorable()
       continue
     }
-    decoded.push({ ...item, json })
+    decoded.push({
+      id,
+      updatedAt,
+      json,
+      sightings: table.sightings(record),
+      parts: table.children.length > 0 ? { raw, record } : undefined
+    })
   }
   return { resource, decoded, rejected }
 }
@@ -389,19 +410,35 @@ const sameJson = (a: unknown, b: unknown): boolean => {
  * in SQL, so only those whose decoded value is not the received one go in `typed` (a list given as
  * null decodes to `[]`, a computed column is not in `raw`). NULL and absent are the same column.
  */
-const recordRow = (table: AnyTable, item: Omit<Decoded, "json">): Row => {
-  const row = table.row(item.record)
+const recordRow = (
+  table: AnyTable,
+  raw: Readonly<Record<string, unknown>>,
+  record: unknown,
+  id: string,
+  updatedAt: string | null
+): Row => {
+  const row = table.row(record)
   let typed: Record<string, unknown> | undefined
   for (const name in row) {
     const value = row[name]
-    const received = Object.hasOwn(item.raw, name) ? item.raw[name] : undefined
+    const received = Object.hasOwn(raw, name) ? raw[name] : undefined
     if ((value === null || value === undefined) && (received === null || received === undefined)) continue
     if (sameJson(value, received)) continue
     typed ??= {}
     typed[name] = value === undefined ? null : value
   }
-  const base = { id: item.id, updated_at: item.updatedAt, raw: item.raw }
+  const base = { id, updated_at: updatedAt, raw }
   return typed === undefined ? base : { ...base, typed }
+}
+
+/** The received object of a decoded record, read back from its row where `prepare` did not keep it. */
+const rawOf = (item: Decoded): unknown => item.parts?.raw ?? (JSON.parse(item.json) as { readonly raw: unknown }).raw
+
+/** A record's parts, which `prepare` keeps for every table with child lists: only those ask. */
+const partsOf = (item: Decoded): Parts => {
+  if (item.parts === undefined)
+    throw new Error(`record ${item.id}: its table has child lists, but its parts were not kept`)
+  return item.parts
 }
 
 const referenceRow = (table: AnyTable, record: Row & { readonly id: string }): Row => ({
@@ -555,12 +592,14 @@ export class Warehouse extends Context.Service<
        */
       const replaceChildren = Effect.fnUntraced(function* (table: AnyTable, written: ReadonlyArray<Written>) {
         for (const child of table.children) {
-          const parents = written.filter((w) => Object.hasOwn(w.item.raw, child.list) && w.changedLists.has(child.list))
+          const parents = written.filter(
+            (w) => Object.hasOwn(partsOf(w.item).raw, child.list) && w.changedLists.has(child.list)
+          )
           if (parents.length === 0) continue
           const replaced = parents.filter((w) => !w.inserted).map((w) => w.item.id)
           if (replaced.length > 0) yield* sql.unsafe(BatchSql.deleteChildren(child), [replaced])
           const rows = parents.flatMap((w) =>
-            child.rows(w.item.record).map((row) => ({ ...row, [child.parentColumn]: w.item.id }))
+            child.rows(partsOf(w.item).record).map((row) => ({ ...row, [child.parentColumn]: w.item.id }))
           )
           if (rows.length > 0) yield* sql.unsafe(BatchSql.insertChildren(child), [JSON.stringify(rows)])
         }
@@ -572,11 +611,10 @@ export class Warehouse extends Context.Service<
        */
       const mergeReferences = Effect.fnUntraced(function* (
         written: ReadonlyArray<Decoded>,
-        table: AnyTable,
         source: Source,
         known: ReferenceLedger | undefined
       ) {
-        const sightings = written.flatMap((item) => table.sightings(item.record))
+        const sightings = written.flatMap((item) => item.sightings)
         // A sighting of a known reference that names only its id would change nothing.
         const wanted =
           known === undefined
@@ -663,7 +701,6 @@ export class Warehouse extends Context.Service<
             if (options.beforeReferences !== undefined) yield* options.beforeReferences
             const references = yield* mergeReferences(
               written.map((w) => w.item),
-              table,
               options.source,
               options.known
             )
@@ -695,7 +732,7 @@ export class Warehouse extends Context.Service<
                 const item = items[0]!
                 return Effect.succeed({
                   counts: emptyCounts(),
-                  rejected: [{ resource, recordId: item.id, raw: item.raw, error: describeRefusal(error) }]
+                  rejected: [{ resource, recordId: item.id, raw: rawOf(item), error: describeRefusal(error) }]
                 })
               }
               const middle = Math.ceil(items.length / 2)

@@ -326,6 +326,8 @@ layer(harness({ sandbox: { records: 2000 } }), options)("a record the database r
       assert.strictEqual(set!.recordId, refused)
       assert.include(set!.error, "P0001")
       assert.include(set!.error, "account refused for the test")
+      // Stored as received, though the crawl keeps only the row built from it.
+      assert.deepStrictEqual(set!.raw, truth[420])
       assert.deepStrictEqual(
         yield* compareTable(
           "financial_accounts",
