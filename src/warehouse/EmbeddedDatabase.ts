@@ -52,10 +52,12 @@ const INITDB_FLAGS = ["--encoding=UTF8", "--locale-provider=builtin", "--locale=
  * zeros. A young cluster has no used segments to recycle yet, so under the default every byte of
  * its first WAL was written twice, the zeros by whichever backend needed the segment while the
  * others waited for the WAL: a first backfill of 300,000 financial accounts wrote 450 MB of zeros
- * for 460 MB of WAL (`pg_stat_io`), and ran about 2% slower (docs/sync.md, "Benchmark"). The
- * setting exists for file systems that allocate space as it is written (PostgreSQL's manual,
- * "Write Ahead Log"), which is what ext4, xfs and overlayfs do for a file that has none yet; the
- * difference is only where a full disk is met: writing the WAL rather than creating the segment.
+ * for 460 MB of WAL (`pg_stat_io`). What that did to the rate hid in this machine's noise: about
+ * 2% in alternate runs of 300,000 records, nothing to see at 100,000 or a million (docs/sync.md,
+ * "Benchmark"). PostgreSQL's manual ("Write Ahead Log") offers the setting for copy-on-write file
+ * systems, where zeros written ahead gain nothing; on ext4, xfs or overlayfs a segment without
+ * them is a sparse file whose blocks are allocated as the WAL is written, so the difference is
+ * only where a full disk is met: writing the WAL rather than creating the segment.
  */
 const SERVER_FLAGS = ["-c", "wal_init_zero=off"]
 
