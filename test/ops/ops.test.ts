@@ -62,7 +62,7 @@ describe("ops", () => {
     assert.include(read("ops/Dockerfile"), `"${flag}"`)
     assert.include(
       read("test/bench/crawl.ts"),
-      `execArgv: ["${flag}"]`,
+      `execArgv: ["${flag}", ...(process.env.BENCH_MEASURE_ARGS`,
       "the benchmark measures the process as launched"
     )
   })
