@@ -31,7 +31,6 @@ describe("embedded PostgreSQL", () => {
           yield* sql`CREATE TABLE crm_sync_test_marker (id int)`
           yield* sql`INSERT INTO crm_sync_test_marker VALUES (1)`
           // A new cluster sorts text by code point whatever the host's locale, and still knows
-          // Unicode's upper case.
           // Unicode's upper case. New WAL segments are not zero-filled first.
           const [sorted] = yield* sql<{ provider: string; sorted: Array<string>; upper: string; walInitZero: string }>`
             SELECT (SELECT datlocprovider FROM pg_database WHERE datname = current_database()) AS provider,
