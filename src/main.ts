@@ -349,6 +349,21 @@ const program = Command.run(root, { version: packageJson.version }).pipe(
       }
     })
   ),
+  // A defect (a bug, or something no error type foresaw) must not end the command in silence:
+  // one line always, the whole cause with LOG_LEVEL=debug.
+  Effect.catchCause((cause) =>
+    Cause.hasInterruptsOnly(cause)
+      ? Effect.failCause(cause)
+      : Effect.gen(function* () {
+          const debug = process.env.LOG_LEVEL === "debug"
+          yield* Console.error(
+            `crm-sync: unexpected error: ${oneLine(describeError(Cause.squash(cause)))}` +
+              (debug ? "" : " (LOG_LEVEL=debug prints its cause)")
+          )
+          if (debug) yield* Console.error(Cause.pretty(cause))
+          process.exitCode = 1
+        })
+  ),
   Effect.provide(NodeServices.layer)
 )
 

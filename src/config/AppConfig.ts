@@ -23,18 +23,59 @@ export class ConfigInvalid extends Schema.TaggedError<ConfigInvalid>()("ConfigIn
 
 const Secret = Schema.RedactedFromValue(Schema.NonEmptyString)
 
+/**
+ * A Standard Webhooks signing secret: `whsec_` and the base64 of the key. Anything else would be
+ * accepted by the verifier as some other key and every delivery would fail its signature.
+ */
+const SigningSecret = Schema.RedactedFromValue(
+  Schema.String.check(
+    Schema.isPattern(/^whsec_[A-Za-z0-9+/]{4,}={0,2}$/, {
+      message: "a signing secret is whsec_ followed by base64, as the CRM shows it"
+    })
+  )
+)
+
+/**
+ * The CRM's address: http or https, no credentials (the client never sends them, and `status`
+ * would print them), no query or fragment (paths add `/v1/...`).
+ */
+const BaseUrl = Schema.URLFromString.check(
+  Schema.makeFilter((url: URL) =>
+    url.protocol !== "https:" && url.protocol !== "http:"
+      ? `expected an http or https URL, got ${url.protocol}`
+      : url.username !== "" || url.password !== ""
+        ? "must not carry credentials (user:password@): use the connection's token"
+        : url.search !== "" || url.hash !== ""
+          ? "must not have a query or fragment"
+          : undefined
+  )
+)
+
 const PositiveInt = Schema.Int.check(Schema.isGreaterThan(0))
 const Share = Schema.Finite.check(Schema.isBetween({ minimum: 0, maximum: 1 }))
 
 /** A duration such as "5 minutes", "6 hours", "30 seconds" (Duration.fromInput's forms). */
 const DurationString = Schema.DurationFromString
 
+/** A duration between `min` and `max` (inclusive), with both named in the error. */
+const DurationBetween = (min: Duration.Input, max: Duration.Input, example: string) => {
+  const minMs = Duration.toMillis(Duration.fromInputUnsafe(min))
+  const maxMs = Duration.toMillis(Duration.fromInputUnsafe(max))
+  return DurationString.check(
+    Schema.makeFilter(
+      (duration: Duration.Duration) => Duration.toMillis(duration) >= minMs && Duration.toMillis(duration) <= maxMs,
+      {
+        expected: `a duration from ${Duration.format(Duration.millis(minMs))} to ${Duration.format(Duration.millis(maxMs))}, e.g. "${example}"`
+      }
+    )
+  )
+}
+
 /** A duration of at least a second (a lease shorter than that would be taken from under its holder). */
-const AtLeastASecond = DurationString.check(
-  Schema.makeFilter((duration: Duration.Duration) => Duration.toMillis(duration) >= 1_000, {
-    expected: 'a duration of at least 1 second, e.g. "2 minutes"'
-  })
-)
+const AtLeastASecond = DurationBetween("1 second", "1 day", "2 minutes")
+
+/** How often a job runs: at least a second (0 s would poll without pause), at most a week. */
+const Interval = DurationBetween("1 second", "7 days", "5 minutes")
 
 const withDefault = <S extends Schema.Top>(schema: S, value: S["Encoded"]) =>
   schema.pipe(Schema.withDecodingDefaultKey(Effect.succeed(value)))
@@ -61,7 +102,7 @@ export type CredentialKind = typeof CredentialKind.Type
 
 export const Connection = Schema.Struct({
   name: Schema.String.check(Schema.isPattern(/^[a-z0-9][a-z0-9_-]{0,62}$/, { message: "use a-z, 0-9, _ and -" })),
-  base_url: Schema.URLFromString,
+  base_url: BaseUrl,
   credential: CredentialKind,
   /** The personal access token; for OAuth, tokens come from `crm-sync connect` instead. */
   token: Schema.optionalKey(Secret),
@@ -72,7 +113,7 @@ export const Connection = Schema.Struct({
   egress: withDefault(Schema.NonEmptyString, "default"),
   /** Label of the per-company/per-app bucket (default: the OAuth client id, else the connection name). */
   company_bucket: Schema.optionalKey(Schema.NonEmptyString),
-  request_timeout: withDefault(DurationString, "30 seconds")
+  request_timeout: withDefault(DurationBetween("1 second", "10 minutes", "30 seconds"), "30 seconds")
 }).check(
   Schema.makeFilter((connection) =>
     connection.credential === "personal" && connection.token === undefined
@@ -87,7 +128,7 @@ export type Connection = typeof Connection.Type
 export const WebhookEndpoint = Schema.Struct({
   name: Schema.String.check(Schema.isPattern(/^[a-z0-9][a-z0-9_-]{0,62}$/, { message: "use a-z, 0-9, _ and -" })),
   /** Several at once during a rotation: a delivery signed by any of them is accepted. */
-  secrets: Schema.NonEmptyArray(Secret),
+  secrets: Schema.NonEmptyArray(SigningSecret),
   /** Required for events that carry no `event_type` (client.created, client.updated, prospect.created). */
   event_type: Schema.optionalKey(Schema.NonEmptyString),
   connection: Schema.optionalKey(Schema.String)
@@ -96,20 +137,20 @@ export type WebhookEndpoint = typeof WebhookEndpoint.Type
 
 const Webhooks = Schema.Struct({
   endpoints: withDefault(Schema.Array(WebhookEndpoint), []),
-  tolerance: withDefault(DurationString, "5 minutes"),
-  max_body_bytes: withDefault(PositiveInt, 262_144),
-  max_attempts: withDefault(PositiveInt, 10),
-  retention: withDefault(DurationString, "14 days"),
+  tolerance: withDefault(DurationBetween("1 second", "1 day", "5 minutes"), "5 minutes"),
+  max_body_bytes: withDefault(PositiveInt.check(Schema.isLessThanOrEqualTo(16 * 1024 * 1024)), 262_144),
+  max_attempts: withDefault(PositiveInt.check(Schema.isLessThanOrEqualTo(100)), 10),
+  retention: withDefault(DurationBetween("1 hour", "3650 days", "14 days"), "14 days"),
   /** How long a processor's claim on inbox rows lasts before another may take them (its holder died). */
   lease_timeout: withDefault(AtLeastASecond, "2 minutes")
 })
 
 const Schedules = Schema.Struct({
-  businesses: withDefault(DurationString, "5 minutes"),
-  crawl: withDefault(DurationString, "6 hours"),
-  reference: withDefault(DurationString, "24 hours"),
+  businesses: withDefault(Interval, "5 minutes"),
+  crawl: withDefault(Interval, "6 hours"),
+  reference: withDefault(Interval, "24 hours"),
   reconcile: withDefault(Schema.String, "0 3 * * *"),
-  prune: withDefault(DurationString, "1 hour")
+  prune: withDefault(Interval, "1 hour")
 })
 
 const Budget = Schema.Struct({
@@ -119,18 +160,18 @@ const Budget = Schema.Struct({
   /** Share of a window a reconciliation run may spend. */
   reconcile_share: withDefault(Share, 0.25),
   /** Requests are not started this close to a window's end (clock skew with the CRM). */
-  safety_margin: withDefault(DurationString, "2 seconds")
+  safety_margin: withDefault(DurationBetween("0 millis", "1 minute", "2 seconds"), "2 seconds")
 })
 
 const Sync = Schema.Struct({
   /** A crawl that would delete more than this share of a resource at once deletes nothing. */
   deletion_threshold: withDefault(Share, 0.1),
   /** How far behind the cursor a poll starts again (equal timestamps, clock skew, late commits). */
-  poll_lookback: withDefault(DurationString, "5 minutes")
+  poll_lookback: withDefault(DurationBetween("0 millis", "1 day", "5 minutes"), "5 minutes")
 })
 
 const Outbound = Schema.Struct({
-  max_attempts: withDefault(PositiveInt, 8)
+  max_attempts: withDefault(PositiveInt.check(Schema.isLessThanOrEqualTo(100)), 8)
 })
 
 export const ConfigDocument = Schema.Struct({
@@ -152,6 +193,9 @@ export const ConfigDocument = Schema.Struct({
       if (seen.has(connection.name)) return { path: ["connections", index, "name"], issue: "duplicate name" }
       seen.add(connection.name)
     }
+    // A delivery older than the retention could be accepted again after its row was pruned.
+    if (Duration.isGreaterThan(document.webhooks.tolerance, document.webhooks.retention))
+      return { path: ["webhooks", "tolerance"], issue: "must not exceed webhooks.retention" }
     const endpoints = new Set<string>()
     for (const [index, endpoint] of document.webhooks.endpoints.entries()) {
       if (endpoints.has(endpoint.name))

@@ -58,7 +58,9 @@ describe("AppConfig", () => {
             { name: "west", base_url: "https://b.test", credential: "personal", token: "t2" }
           ],
           webhooks: {
-            endpoints: [{ name: "clients-created", secrets: ["whsec_a", "whsec_b"], event_type: "client.created" }]
+            endpoints: [
+              { name: "clients-created", secrets: ["whsec_YWFhYWFh", "whsec_YmJiYmJi"], event_type: "client.created" }
+            ]
           }
         })
       )
@@ -102,7 +104,53 @@ describe("AppConfig", () => {
 
       const lease = failure(yield* Effect.exit(decodeDocument({ webhooks: { lease_timeout: "10 millis" } })))
       assert.strictEqual(lease.key, "webhooks.lease_timeout")
-      assert.include(lease.line, "at least 1 second")
+      assert.include(lease.line, "from 1s to 1d")
     })
   )
+
+  const connection = (fields: Record<string, unknown>) => ({
+    connections: [{ name: "x", base_url: "https://crm.test", credential: "personal", token: "t", ...fields }]
+  })
+
+  /** Values that used to be accepted and broke things quietly; each is now one line naming its key. */
+  const refused: ReadonlyArray<readonly [string, Record<string, unknown>, string, string]> = [
+    ["a file: base URL", connection({ base_url: "file:///etc/passwd" }), "connections[0].base_url", "http or https"],
+    ["a javascript: base URL", connection({ base_url: "javascript:alert(1)" }), "connections[0].base_url", "http"],
+    [
+      "credentials in the base URL",
+      connection({ base_url: "https://user:secret@crm.test" }),
+      "connections[0].base_url",
+      "credentials"
+    ],
+    ["a request timeout of 0", connection({ request_timeout: "0 seconds" }), "connections[0].request_timeout", "from"],
+    ["a poll every 0 s", { schedules: { businesses: "0 seconds" } }, "schedules.businesses", "from 1s"],
+    ["a crawl every 0 s", { schedules: { crawl: "0 millis" } }, "schedules.crawl", "from 1s"],
+    ["a negative tolerance", { webhooks: { tolerance: "-5 minutes" } }, "webhooks.tolerance", ""],
+    [
+      "a tolerance beyond the inbox's retention",
+      { webhooks: { tolerance: "1 day", retention: "2 hours" } },
+      "webhooks.tolerance",
+      "retention"
+    ],
+    [
+      "a signing secret not in whsec_ form",
+      { webhooks: { endpoints: [{ name: "default", secrets: ["not-a-secret"] }] } },
+      "webhooks.endpoints[0].secrets[0]",
+      "whsec_"
+    ],
+    ["a safety margin of an hour", { budget: { safety_margin: "1 hour" } }, "budget.safety_margin", "from"],
+    ["a 1 GB body limit", { webhooks: { max_body_bytes: 1_000_000_000 } }, "webhooks.max_body_bytes", ""]
+  ]
+
+  for (const [name, document, key, says] of refused) {
+    it.effect(`refuses ${name}`, () =>
+      Effect.gen(function* () {
+        const error = failure(yield* Effect.exit(decodeDocument(document)))
+        assert.strictEqual(error.key, key)
+        assert.include(error.line, says)
+        assert.notInclude(error.line, "secret@", "a refused URL's password is not echoed")
+        assert.strictEqual(error.line.split("\n").length, 1)
+      })
+    )
+  }
 })

@@ -127,7 +127,7 @@ layer(harness({ sandbox: { records: 6000 } }), options)("shutdown mid-crawl", (i
   )
 })
 
-layer(harness({ config: { schedules: { businesses: "200 millis" } } }), options)("poll schedule", (it) => {
+layer(harness({ config: { schedules: { businesses: "1 second" } } }), options)("poll schedule", (it) => {
   it.effect("polls again on its schedule, each run recorded with what it did", () =>
     Effect.gen(function* () {
       const sql = yield* SqlClient
