@@ -130,7 +130,7 @@ export const formatDuration = (ms: number): string => {
 export const sharedFinishTimes = (pages: ReadonlyArray<number>, budgetPerHour: number): ReadonlyArray<number> => {
   if (budgetPerHour <= 0) return pages.map((n) => (n > 0 ? Number.POSITIVE_INFINITY : 0))
   const order = pages.map((n, index) => ({ n, index })).toSorted((a, b) => a.n - b.n)
-  const finish = new Array<number>(pages.length).fill(0)
+  const finish = pages.map(() => 0)
   let elapsedMs = 0
   let done = 0
   for (const [position, { n, index }] of order.entries()) {
