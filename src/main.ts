@@ -36,6 +36,7 @@ import { TranscriptReader } from "./webhooks/TranscriptReader.ts"
 import { WebhookInbox } from "./webhooks/WebhookInbox.ts"
 import { WebhookIntake } from "./webhooks/WebhookIntake.ts"
 import { renderStatus, statusReport } from "./observability/StatusReport.ts"
+import { planReport, renderPlan } from "./observability/PlanReport.ts"
 import { DatabaseInfo, DatabaseLive, MigratedDatabase } from "./warehouse/Database.ts"
 import { migrate as applyMigrations } from "./warehouse/Migrations.ts"
 
@@ -138,6 +139,25 @@ const status = Command.make(
       yield* Console.log(json ? JSON.stringify(report) : renderStatus(report))
     }).pipe(Effect.provide(MigratedDatabase))
 ).pipe(Command.withDescription("Show rows and freshness per resource, the rate budget, and the inbox and outbox."))
+
+const plan = Command.make(
+  "plan",
+  {
+    json: Flag.Boolean("json").pipe(
+      Flag.withDescription("Print one JSON array, a plan per connection"),
+      Flag.withDefault(false)
+    )
+  },
+  ({ json }) =>
+    Effect.gen(function* () {
+      const plans = yield* planReport(yield* AppConfig)
+      yield* Console.log(json ? JSON.stringify(plans) : renderPlan(plans))
+    }).pipe(Effect.provide(MigratedDatabase))
+).pipe(
+  Command.withDescription(
+    "Show whether the schedules fit the rate budget: requests per hour per job, crawl durations, freshness."
+  )
+)
 
 const outboxRetry = Command.make(
   "retry",
@@ -316,7 +336,19 @@ const root = Command.make("crm-sync").pipe(
   Command.withDescription(
     "Keeps a firm's PostgreSQL warehouse in step with its CRM, and writes the firm's changes back."
   ),
-  Command.withSubcommands([run, backfill, reconcile, demo, migrate, status, connect, outbox, webhooks, sandboxCommand])
+  Command.withSubcommands([
+    run,
+    backfill,
+    reconcile,
+    demo,
+    migrate,
+    status,
+    plan,
+    connect,
+    outbox,
+    webhooks,
+    sandboxCommand
+  ])
 )
 
 const oneLine = (text: string) => text.replace(/\s+/g, " ").trim()

@@ -136,3 +136,17 @@ export const resourceLastSync = Metric.gauge("crm_sync_resource_last_sync_timest
 export const connectionNeedsReauthorization = Metric.gauge("crm_sync_connection_needs_reauthorization", {
   description: "1 when the connection needs `crm-sync connect` again, else 0"
 })
+
+// ---------------------------------------------------------------------------------------------
+// The hour's plan (src/budget/Plan.ts, refreshed with the state gauges)
+// ---------------------------------------------------------------------------------------------
+
+/** 1 when a connection's schedules fit its strictest bucket, 0 when `crm-sync plan` warns. */
+export const planFits = Metric.gauge("crm_sync_plan_fits", {
+  description: "1 when the connection's schedules fit its rate budget (crm-sync plan), else 0"
+})
+
+/** How long a full crawl of a resource takes at the budget it gets. */
+export const planFullCrawlSeconds = Metric.gauge("crm_sync_plan_full_crawl_seconds", {
+  description: "Seconds one full crawl of the resource takes at the budget left for crawls"
+})

@@ -34,6 +34,17 @@ const refresh = Effect.gen(function* () {
       { resource }
     )
   }
+  for (const plan of report.plan) {
+    yield* Metrics.set(Metrics.planFits, plan.fits ? 1 : 0, { connection: plan.connection })
+    for (const crawl of plan.crawls) {
+      // -1: never (no budget left for crawls); a gauge cannot hold infinity usefully.
+      const seconds = crawl.full_crawl_seconds ?? -1
+      yield* Metrics.set(Metrics.planFullCrawlSeconds, seconds, {
+        connection: plan.connection,
+        resource: crawl.resource
+      })
+    }
+  }
   for (const connection of config.connections) {
     const needs = report.connections_needing_reauthorization.includes(connection.name)
     yield* Metrics.set(Metrics.connectionNeedsReauthorization, needs ? 1 : 0, { connection: connection.name })

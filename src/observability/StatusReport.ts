@@ -9,6 +9,8 @@ import { HttpRouter, HttpServerResponse } from "effect/http"
 import { SqlClient } from "effect/sql/SqlClient"
 import { AppConfig, type AppConfigShape } from "../config/AppConfig.ts"
 import { DatabaseInfo, type DatabaseInfoShape } from "../warehouse/Database.ts"
+import type { ConnectionPlan } from "../budget/Plan.ts"
+import { planReport } from "./PlanReport.ts"
 
 export interface ResourceStatus {
   readonly rows: number
@@ -44,6 +46,8 @@ export interface StatusReport {
     status: string
     finished_at: string | null
   }>
+  /** Per connection, whether the schedules fit the rate budget (`crm-sync plan` has the whole plan). */
+  readonly plan: ReadonlyArray<ConnectionPlan>
 }
 
 const counts = (rows: ReadonlyArray<{ status: string; n: number }>) =>
@@ -125,7 +129,8 @@ export const statusReport = Effect.fn("StatusReport.make")(function* (
     inbox: counts(inbox),
     outbox: counts(outbox),
     connections_needing_reauthorization: reauth.map((row) => row.connection),
-    last_jobs: jobs.map((job) => ({ ...job, finished_at: iso(job.finished_at) }))
+    last_jobs: jobs.map((job) => ({ ...job, finished_at: iso(job.finished_at) })),
+    plan: yield* planReport(config)
   } satisfies StatusReport
 })
 
@@ -168,6 +173,13 @@ export const renderStatus = (report: StatusReport): string => {
     )
   }
   lines.push("")
+  for (const plan of report.plan) {
+    lines.push(
+      plan.fits
+        ? `plan        ${plan.connection}: the schedules fit the budget (${Math.round(plan.demand_per_hour)} of ${plan.limit_per_hour} requests/hour)`
+        : `plan        ${plan.connection}: WARNING ${plan.warnings.join("; ")} (see crm-sync plan)`
+    )
+  }
   lines.push(`inbox       ${summarize(report.inbox)}`)
   lines.push(`outbox      ${summarize(report.outbox)}`)
   for (const job of report.last_jobs) {

@@ -1,0 +1,180 @@
+/**
+ * PlanReport: gathers what the plan (src/budget/Plan.ts) needs for every configured connection —
+ * listing sizes from the latest crawls (else the warehouse's rows), requests per poll and per
+ * reference refresh from recent job runs, the outbound writer's and the event processor's recent
+ * request rates, the reconcile cron's runs per day — and renders the result for `crm-sync plan`.
+ */
+import { Cron, Duration, Effect, Result } from "effect"
+import { SqlClient } from "effect/sql/SqlClient"
+import type { AppConfigShape, Connection } from "../config/AppConfig.ts"
+import { bucketsFor, strictest } from "../budget/Buckets.ts"
+import { type ConnectionPlan, type CrawlInput, formatDuration, planConnection } from "../budget/Plan.ts"
+
+/** Page size of every listing crm-sync reads (spec §8: maximum 100). */
+const PER_PAGE = 100
+/** Assumed before a job has run: one page per poll, and me + books + project templates per refresh. */
+const DEFAULT_POLL_REQUESTS = 1
+const DEFAULT_REFERENCE_REQUESTS = 3
+
+/** The crawled resources and the setting that schedules each. */
+const crawled: ReadonlyArray<{ readonly resource: string; readonly setting: "crawl" }> = [
+  { resource: "annuity_contracts", setting: "crawl" },
+  { resource: "financial_accounts", setting: "crawl" }
+]
+
+/** Occurrences of a cron expression in the 24 hours after `from` (at least 0, at most 1,440). */
+export const runsPerDay = (expression: string, from: Date): number =>
+  Result.match(Cron.parse(expression, "UTC"), {
+    onFailure: () => 0,
+    onSuccess: (cron) => {
+      const end = from.getTime() + 86_400_000
+      let at = from
+      let runs = 0
+      while (runs < 1_440) {
+        at = Cron.next(cron, at)
+        if (at.getTime() > end) break
+        runs++
+      }
+      return runs
+    }
+  })
+
+const averageRequests = (job: string, connection: string, fallback: number) =>
+  Effect.gen(function* () {
+    const sql = yield* SqlClient
+    const rows = yield* sql<{ avg: number | null }>`
+      SELECT avg(requests)::float8 AS avg FROM (
+        SELECT requests FROM crm_sync.job_runs
+        WHERE job = ${job} AND connection = ${connection} AND status = 'succeeded'
+          AND coalesce(detail->>'mode', 'poll') = 'poll'
+        ORDER BY id DESC LIMIT 20) recent`
+    const avg = rows[0]?.avg ?? null
+    return avg === null ? fallback : Math.max(1, Math.round(avg * 10) / 10)
+  })
+
+/** Records in a listing: the latest crawl's total, else the warehouse's live rows. */
+const listingSize = (connection: string, resource: string) =>
+  Effect.gen(function* () {
+    const sql = yield* SqlClient
+    const crawls = yield* sql<{ total: number | null }>`
+      SELECT total_count AS total FROM crm_sync.crawl_runs
+      WHERE connection = ${connection} AND resource = ${resource} AND total_count IS NOT NULL
+      ORDER BY id DESC LIMIT 1`
+    const total = crawls[0]?.total ?? null
+    if (total !== null) return total
+    const rows = yield* sql<{ n: number }>`
+      SELECT count(*)::int AS n FROM ${sql(`crm.${resource}`)} WHERE deleted_at IS NULL`
+    return rows[0]?.n ?? 0
+  })
+
+/** Requests per hour over the last day: outbox attempts of this connection, and transcript reads. */
+const recentRates = (connection: string, isFirst: boolean) =>
+  Effect.gen(function* () {
+    const sql = yield* SqlClient
+    const outbound = yield* sql<{ n: number }>`
+      SELECT coalesce(sum(attempts), 0)::int AS n FROM crm_sync.outbox
+      WHERE updated_at > now() - interval '24 hours'
+        AND (connection = ${connection} OR (connection IS NULL AND ${isFirst}))`
+    const followUps = yield* sql<{ n: number }>`
+      SELECT count(*)::int AS n FROM crm_sync.webhook_inbox
+      WHERE event_type = 'meeting.transcript_ready' AND received_at > now() - interval '24 hours'`
+    return { outboundPerHour: (outbound[0]?.n ?? 0) / 24, followUpPerHour: (followUps[0]?.n ?? 0) / 24 }
+  })
+
+/** The plan input of one connection, read from the database. */
+const inputFor = (config: AppConfigShape, connection: Connection, now: Date) =>
+  Effect.gen(function* () {
+    const bucket = strictest(bucketsFor(connection))
+    const crawls: Array<CrawlInput> = []
+    for (const { resource, setting } of crawled) {
+      crawls.push({
+        resource,
+        records: yield* listingSize(connection.name, resource),
+        intervalMs: Duration.toMillis(config.schedules[setting]),
+        setting: `schedules.${setting}`
+      })
+    }
+    const rates = yield* recentRates(connection.name, config.connections[0]?.name === connection.name)
+    return planConnection({
+      connection: connection.name,
+      credential: connection.credential,
+      bucket: {
+        key: bucket.key,
+        limit: bucket.limit,
+        configuredLimit: bucket.limit,
+        learned: false,
+        windowMs: bucket.windowMs
+      },
+      poll: {
+        intervalMs: Duration.toMillis(config.schedules.businesses),
+        requestsPerRun: yield* averageRequests("poll:businesses", connection.name, DEFAULT_POLL_REQUESTS)
+      },
+      reference: {
+        intervalMs: Duration.toMillis(config.schedules.reference),
+        requestsPerRun: yield* averageRequests("reference", connection.name, DEFAULT_REFERENCE_REQUESTS)
+      },
+      reconcile: { runsPerDay: runsPerDay(config.schedules.reconcile, now), share: config.budget.reconcile_share },
+      ...rates,
+      crawls,
+      perPage: PER_PAGE
+    })
+  })
+
+/** Every configured connection's plan. */
+export const planReport = Effect.fn("PlanReport.make")(function* (config: AppConfigShape) {
+  const now = new Date(yield* Effect.clockWith((clock) => clock.currentTimeMillis))
+  const plans: Array<ConnectionPlan> = []
+  for (const connection of config.connections) plans.push(yield* inputFor(config, connection, now))
+  return plans
+})
+
+const number = new Intl.NumberFormat("en-US")
+
+const renderOne = (plan: ConnectionPlan): ReadonlyArray<string> => {
+  const lines: Array<string> = []
+  const learned = plan.limit_learned ? " (learned from 429s)" : ""
+  lines.push(
+    `connection ${plan.connection} (${plan.credential}): strictest bucket ${plan.bucket}, ` +
+      `${number.format(plan.limit_per_window)} requests per window${learned} = ${number.format(plan.limit_per_hour)}/hour`
+  )
+  lines.push("")
+  lines.push(`  ${"job".padEnd(30)}${"every".padEnd(14)}${"per run".padStart(10)}${"per hour".padStart(12)}`)
+  for (const job of plan.demand) {
+    lines.push(
+      `  ${job.job.padEnd(30)}${job.every.padEnd(14)}${(job.requests_per_run === 0 ? "-" : number.format(job.requests_per_run)).padStart(10)}${number.format(job.requests_per_hour).padStart(12)}`
+    )
+  }
+  lines.push(
+    `  ${"total".padEnd(54)}${number.format(plan.demand_per_hour).padStart(12)} of ${number.format(plan.limit_per_hour)}`
+  )
+  lines.push("")
+  lines.push(`  crawls get ${number.format(plan.crawl_budget_per_hour)} requests/hour once the other jobs have theirs:`)
+  for (const crawl of plan.crawls) {
+    lines.push(
+      `  ${crawl.resource.padEnd(30)}${number.format(crawl.records)} records, ${number.format(crawl.pages)} pages: ` +
+        `a full crawl takes ${formatDuration((crawl.full_crawl_seconds ?? Infinity) * 1000)} (every ${crawl.interval})${crawl.fits ? "" : "  DOES NOT FIT"}`
+    )
+  }
+  lines.push("")
+  lines.push("  freshness (worst-case age of a change when it reaches the warehouse):")
+  for (const row of plan.freshness) {
+    const age =
+      row.worst_case_seconds !== null
+        ? formatDuration(row.worst_case_seconds * 1000)
+        : row.via === "webhook"
+          ? "seconds"
+          : "never"
+    lines.push(`  ${row.resource.padEnd(30)}${row.via.padEnd(10)}${age.padEnd(10)}${row.note}`)
+  }
+  lines.push("")
+  if (plan.fits) lines.push("  the schedules fit the budget")
+  for (const warning of plan.warnings) lines.push(`  WARNING ${warning}`)
+  for (const suggestion of plan.suggestions) {
+    lines.push(`  set ${suggestion.setting} to "${suggestion.value}": ${suggestion.why}`)
+  }
+  return lines
+}
+
+/** The human-readable form printed by `crm-sync plan`. */
+export const renderPlan = (plans: ReadonlyArray<ConnectionPlan>): string =>
+  plans.length === 0 ? "no connection configured" : plans.map((plan) => renderOne(plan).join("\n")).join("\n\n")
