@@ -23,8 +23,8 @@ import { Sandbox } from "./sandbox/Sandbox.ts"
 import { demoActivity, prepareDemo } from "./sandbox/Demo.ts"
 import { CrmClient } from "./crm/CrmClient.ts"
 import { OutboundWriterLive } from "./outbound/OutboundWriter.ts"
-import { HealthRoutes } from "./observability/Health.ts"
-import { StatusRoute } from "./observability/StatusReport.ts"
+import { AdminRoutes } from "./observability/AdminRoutes.ts"
+import { LivenessRoute } from "./observability/Health.ts"
 import { StateMetricsLive } from "./observability/StateMetrics.ts"
 import { backfill as runBackfill, BackfillResources, parseBackfillResource } from "./sync/Backfill.ts"
 import { reconcile as runReconcile, ReconcileSchedulerLive } from "./sync/Reconciler.ts"
@@ -72,7 +72,8 @@ const noCrmConfigured = new NoConnection({
 })
 
 /**
- * The daemon: webhook intake with health, metrics and status on `webhook_port`; the event
+ * The daemon: webhook intake on `webhook_port`; status page, status, metrics and probes on
+ * `admin_port`; the event
  * processor; the read-sync jobs; the outbound writer. At start it reports each connection's
  * access (auth type, write access) from `GET /v1/me`.
  */
@@ -81,12 +82,16 @@ const Daemon = Layer.unwrap(
     const config = yield* AppConfig
     if (config.connections.length === 0) return yield* noCrmConfigured
     // No log line per request: deliveries arrive by the thousand; metrics count them instead.
-    const http = HttpRouter.serve(Layer.mergeAll(WebhookIntake.routes, HealthRoutes, StatusRoute), {
-      disableLogger: true
-    }).pipe(
+    // Paths match exactly (case, trailing and doubled slashes), so an ingress rule on the exact
+    // path cannot be bypassed by spelling it another way.
+    const serveOptions = { disableLogger: true, routerConfig: exactPaths } as const
+    const webhookHttp = HttpRouter.serve(Layer.mergeAll(WebhookIntake.routes, LivenessRoute), serveOptions).pipe(
       Layer.provide(WebhookIntake.layer),
       Layer.provide(InboxWriter.layer),
       Layer.provide(NodeHttpServer.layer(createServer, { port: config.webhook_port }))
+    )
+    const adminHttp = HttpRouter.serve(AdminRoutes, serveOptions).pipe(
+      Layer.provide(NodeHttpServer.layer(createServer, { port: config.admin_port, host: config.admin_host }))
     )
     const processing = EventProcessorLive.pipe(
       Layer.provideMerge(EventProcessor.layer),
@@ -102,12 +107,14 @@ const Daemon = Layer.unwrap(
     )
     const started = Layer.effectDiscard(
       Effect.logInfo(
-        `crm-sync running: ${config.connections.length} connection(s), webhooks on port ${config.webhook_port}`
+        `crm-sync running: ${config.connections.length} connection(s), webhooks on port ${config.webhook_port}, ` +
+          `status page and metrics on port ${config.admin_port}`
       )
     )
     return Layer.mergeAll(
       access,
-      http,
+      webhookHttp,
+      adminHttp,
       processing,
       SyncJobsLive,
       ReconcileSchedulerLive,
@@ -117,6 +124,9 @@ const Daemon = Layer.unwrap(
     ).pipe(Layer.provide(WebhookInbox.layer))
   })
 ).pipe(Layer.provide(ApiStack))
+
+/** Routing that matches a path only as written: no case folding, no trailing or doubled slashes. */
+const exactPaths = { caseSensitive: true, ignoreTrailingSlash: false, ignoreDuplicateSlashes: false } as const
 
 const migrate = Command.make("migrate", {}, () =>
   Effect.gen(function* () {
@@ -230,7 +240,7 @@ const demo = Command.make(
                    VALUES ('prospect.create', ${JSON.stringify({ book_id: book, first_name: "Ada", last_name: "Outbox" })}::jsonb)`
         yield* Effect.forkScoped(demoActivity)
         yield* Effect.logInfo(
-          `demo: try \`crm-sync status\` in another shell, or http://127.0.0.1:${config.webhook_port}/status`
+          `demo: try \`crm-sync status\` in another shell, or the status page at http://127.0.0.1:${config.admin_port}/`
         )
         return yield* Layer.launch(Daemon)
       })

@@ -33,9 +33,11 @@ const freePort = Effect.promise(
     })
 )
 
-const get = (url: string) =>
+const ADMIN_TOKEN = "daemon-test-admin-token"
+
+const get = (url: string, headers: Record<string, string> = {}) =>
   Effect.promise(() =>
-    fetch(url).then(
+    fetch(url, { headers }).then(
       async (response) => ({ status: response.status, text: await response.text() }),
       () => ({ status: 0, text: "" })
     )
@@ -52,14 +54,16 @@ const eventually = <A>(what: string, probe: Effect.Effect<A>, check: (value: A) 
     return assert.fail(`timed out waiting for ${what}`)
   })
 
-/** The environment of a daemon syncing the sandbox into `url`, its webhooks on `port`. */
-const daemonEnv = (sandbox: Sandbox["Service"], url: string, port: number) => ({
+/** The environment of a daemon syncing the sandbox into `url`, its webhooks on `port`, its admin listener on `adminPort`. */
+const daemonEnv = (sandbox: Sandbox["Service"], url: string, port: number, adminPort: number) => ({
   PATH: process.env.PATH ?? "",
   DATABASE_URL: url,
   CRM_BASE_URL: sandbox.baseUrl,
   CRM_TOKEN: sandbox.credentials.personalAccessToken,
   CRM_WEBHOOK_SECRET: SECRET,
   WEBHOOK_PORT: String(port),
+  ADMIN_PORT: String(adminPort),
+  CRM_SYNC_ADMIN_TOKEN: ADMIN_TOKEN,
   LOG_LEVEL: "warn"
 })
 
@@ -91,8 +95,9 @@ layer(
       const sandbox = yield* Sandbox
       const url = yield* freshDatabase
       const port = yield* freePort
+      const adminPort = yield* freePort
       const child = spawn(process.execPath, [main, "run"], {
-        env: daemonEnv(sandbox, url, port),
+        env: daemonEnv(sandbox, url, port, adminPort),
         stdio: ["ignore", "pipe", "pipe"]
       })
       let output = ""
@@ -101,23 +106,43 @@ layer(
       const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)))
       yield* Effect.addFinalizer(() => Effect.sync(() => child.kill("SIGKILL")))
       const base = `http://127.0.0.1:${port}`
+      const admin = `http://127.0.0.1:${adminPort}`
+      const authorized = { authorization: `Bearer ${ADMIN_TOKEN}` }
 
-      yield* eventually("readiness", get(`${base}/readyz`), (response) => response.status === 200)
-      assert.strictEqual((yield* get(`${base}/healthz`)).status, 200)
-      yield* eventually("state gauges on /metrics", get(`${base}/metrics`), (response) =>
+      yield* eventually("readiness", get(`${admin}/readyz`), (response) => response.status === 200)
+      assert.strictEqual((yield* get(`${admin}/healthz`)).status, 200)
+      assert.strictEqual((yield* get(`${base}/healthz`)).status, 200, "the webhook port answers /healthz")
+      yield* eventually("state gauges on /metrics", get(`${admin}/metrics`, authorized), (response) =>
         /crm_sync_outbox_rows\{[^}]*status="needs_review"/.test(response.text)
       )
+      // The webhook port faces the internet: nothing for operators there, however it is spelled.
+      for (const path of ["/status", "/metrics", "/readyz", "/", "/STATUS", "/status/", "//status", "/%73tatus"]) {
+        const response = yield* get(`${base}${path}`)
+        assert.strictEqual(response.status, 404, path)
+        assert.notInclude(response.text, "crm_sync", path)
+      }
+      // The admin listener wants its token, except for the probes.
+      assert.strictEqual((yield* get(`${admin}/status`)).status, 401)
+      assert.strictEqual((yield* get(`${admin}/metrics`)).status, 401)
+      assert.strictEqual((yield* get(`${admin}/`, { authorization: "Bearer wrong" })).status, 401)
 
       // The poller and crawlers fill the warehouse on their first turn.
       const status = yield* eventually(
         "the first sync",
-        Effect.map(get(`${base}/status`), (response) => (response.status === 200 ? JSON.parse(response.text) : {})),
+        Effect.map(get(`${admin}/status`, authorized), (response) =>
+          response.status === 200 ? JSON.parse(response.text) : {}
+        ),
         (report) =>
           report.resources?.businesses?.rows > 0 &&
           report.resources?.financial_accounts?.rows > 0 &&
           report.resources?.annuity_contracts?.rows > 0
       )
       assert.notInclude(JSON.stringify(status), sandbox.credentials.personalAccessToken, "no secret in /status")
+      const page = yield* get(`${admin}/`, authorized)
+      assert.strictEqual(page.status, 200)
+      assert.include(page.text, "<h2>Rate budget</h2>")
+      assert.include(page.text, "financial_accounts")
+      assert.notInclude(page.text, sandbox.credentials.personalAccessToken, "no secret on the status page")
 
       // A signed delivery is accepted and applied.
       assert.strictEqual(yield* deliver(base, "msg_daemon_test_1", JSON.stringify(eventFixture("task.created"))), 200)
@@ -167,6 +192,7 @@ layer(
       const sandbox = yield* Sandbox
       const url = yield* freshDatabase
       const port = yield* freePort
+      const adminPort = yield* freePort
       const folder = mkdtempSync(join(tmpdir(), "crm-sync-kill-"))
       yield* Effect.addFinalizer(() => Effect.sync(() => rmSync(folder, { recursive: true, force: true })))
       // A claim outlives its dead holder by this long (default 2 minutes).
@@ -174,7 +200,7 @@ layer(
       writeFileSync(configFile, JSON.stringify({ webhooks: { lease_timeout: "2 seconds" } }))
       const start = () => {
         const child = spawn(process.execPath, [main, "run"], {
-          env: { ...daemonEnv(sandbox, url, port), CRM_SYNC_CONFIG: configFile },
+          env: { ...daemonEnv(sandbox, url, port, adminPort), CRM_SYNC_CONFIG: configFile },
           stdio: ["ignore", "ignore", "ignore"]
         })
         const exited = new Promise<NodeJS.Signals | number | null>((resolve) =>
@@ -195,7 +221,7 @@ layer(
 
       const first = start()
       yield* Effect.addFinalizer(() => Effect.sync(() => first.child.kill("SIGKILL")))
-      yield* eventually("readiness", get(`${base}/readyz`), (response) => response.status === 200)
+      yield* eventually("readiness", get(`http://127.0.0.1:${adminPort}/readyz`), (response) => response.status === 200)
 
       // Hold crm.tasks so the processor claims the delivery and then waits to write it.
       const release = yield* Deferred.make<void>()

@@ -179,6 +179,12 @@ export const ConfigDocument = Schema.Struct({
   data_dir: withDefault(Schema.NonEmptyString, ".crm-sync"),
   encryption_key: Schema.optionalKey(Secret),
   webhook_port: withDefault(Schema.Int.check(Schema.isBetween({ minimum: 0, maximum: 65535 })), 8080),
+  /** The operators' listener: status page, `/status`, `/metrics`, `/readyz`, `/healthz`. */
+  admin_port: withDefault(Schema.Int.check(Schema.isBetween({ minimum: 0, maximum: 65535 })), 9090),
+  /** Where the admin listener binds: all interfaces by default (a container's port is its pod's). */
+  admin_host: withDefault(Schema.NonEmptyString, "0.0.0.0"),
+  /** When set, every admin request but `/healthz` and `/readyz` needs `Authorization: Bearer <token>`. */
+  admin_token: Schema.optionalKey(Secret),
   log_level: withDefault(Schema.Literals(["debug", "info", "warn", "error"]), "info"),
   connections: withDefault(Schema.Array(Connection), []),
   webhooks: withDefault(Webhooks, {}),
@@ -188,6 +194,8 @@ export const ConfigDocument = Schema.Struct({
   outbound: withDefault(Outbound, {})
 }).check(
   Schema.makeFilter((document) => {
+    if (document.admin_port !== 0 && document.admin_port === document.webhook_port)
+      return { path: ["admin_port"], issue: "must differ from webhook_port (the webhook port faces the internet)" }
     const seen = new Set<string>()
     for (const [index, connection] of document.connections.entries()) {
       if (seen.has(connection.name)) return { path: ["connections", index, "name"], issue: "duplicate name" }
@@ -219,6 +227,8 @@ const Env = Config.all({
   dataDir: Config.option(Config.String("CRM_SYNC_DATA_DIR")),
   encryptionKey: Config.option(Config.String("CRM_SYNC_ENCRYPTION_KEY")),
   webhookPort: Config.option(Config.String("WEBHOOK_PORT")),
+  adminPort: Config.option(Config.String("ADMIN_PORT")),
+  adminToken: Config.option(Config.String("CRM_SYNC_ADMIN_TOKEN")),
   logLevel: Config.option(Config.String("LOG_LEVEL")),
   baseUrl: Config.option(Config.String("CRM_BASE_URL")),
   token: Config.option(Config.String("CRM_TOKEN")),
@@ -240,6 +250,8 @@ export const mergeEnv = (file: Json, env: typeof Env extends Config.Config<infer
   set("data_dir", env.dataDir)
   set("encryption_key", env.encryptionKey)
   set("webhook_port", env.webhookPort, (raw) => (/^\d+$/.test(raw) ? Number(raw) : raw))
+  set("admin_port", env.adminPort, (raw) => (/^\d+$/.test(raw) ? Number(raw) : raw))
+  set("admin_token", env.adminToken)
   set("log_level", env.logLevel)
 
   const hasConnectionEnv = [env.baseUrl, env.token, env.tokenKind].some(Option.isSome)

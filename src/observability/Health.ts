@@ -1,6 +1,6 @@
 /**
- * Health and metrics routes, served on the same port as the webhooks (DESIGN: "The same port
- * serves `/healthz`, `/readyz`, `/metrics` and `/status`"):
+ * Health and metrics routes, served on the admin listener (AdminRoutes.ts); the webhook port
+ * serves only `/healthz` of them:
  *
  * - `GET /healthz`: liveness. 200 as long as the process can answer HTTP at all; it deliberately
  *   does not look at the database, so an orchestrator does not restart a healthy process because
@@ -9,8 +9,7 @@
  *   else 503; a load balancer then stops sending deliveries to a replica that cannot store them.
  * - `GET /metrics`: every metric in Effect's registry as Prometheus text (see Metrics.ts).
  *
- * `HealthRoutes` only registers routes on the `HttpRouter`; `main.ts` serves them together with
- * `WebhookIntake.routes` on `webhook_port`.
+ * `HealthRoutes` only registers routes on the `HttpRouter`; `main.ts` serves them on `admin_port`.
  */
 import { Duration, Effect, Layer } from "effect"
 import { HttpRouter, HttpServerResponse } from "effect/http"
@@ -35,9 +34,8 @@ const readiness = HttpRouter.use(
   })
 )
 
+/** `/healthz` alone: what the webhook port serves besides the deliveries, for load balancers. */
+export const LivenessRoute = HttpRouter.add("GET", "/healthz", ok)
+
 /** `/healthz`, `/readyz` and `/metrics`. Needs the `HttpRouter` and a `SqlClient`. */
-export const HealthRoutes = Layer.mergeAll(
-  HttpRouter.add("GET", "/healthz", ok),
-  readiness,
-  PrometheusMetrics.layerHttp({ path: "/metrics" })
-)
+export const HealthRoutes = Layer.mergeAll(LivenessRoute, readiness, PrometheusMetrics.layerHttp({ path: "/metrics" }))

@@ -53,16 +53,20 @@ const iso = (value: Date | string | null | undefined): string | null =>
   value === null || value === undefined ? null : value instanceof Date ? value.toISOString() : String(value)
 
 /** What the page shows beyond the `status` report, read from the same tables. */
-export const statusDetails = Effect.fn("StatusPage.details")(function* (
-  intervals: Readonly<Record<string, number>>
-) {
+export const statusDetails = Effect.fn("StatusPage.details")(function* (intervals: Readonly<Record<string, number>>) {
   const sql = yield* SqlClient
   const [clock] = yield* sql<{ now: Date }>`SELECT now() AS now`
   const [inbox] = yield* sql<{ at: Date | null }>`
     SELECT min(received_at) AS at FROM crm_sync.webhook_inbox WHERE status IN ('pending', 'failed')`
   const [outbox] = yield* sql<{ at: Date | null }>`
     SELECT min(created_at) AS at FROM crm_sync.outbox WHERE status IN ('pending', 'in_flight')`
-  const dead = yield* sql<{ hook_id: string; endpoint: string; event_type: string | null; error: string | null; at: Date }>`
+  const dead = yield* sql<{
+    hook_id: string
+    endpoint: string
+    event_type: string | null
+    error: string | null
+    at: Date
+  }>`
     SELECT hook_id, endpoint, event_type, last_error AS error, received_at AS at
     FROM crm_sync.webhook_inbox WHERE status = 'dead' ORDER BY received_at DESC LIMIT 20`
   const problems = yield* sql<{ id: string; operation: string; status: string; error: string | null; at: Date }>`
@@ -101,10 +105,10 @@ export const statusDetails = Effect.fn("StatusPage.details")(function* (
 })
 
 /** Text safe inside HTML elements and attribute values. */
-export const escapeHtml = (text: string): string =>
-  text.replace(/[&<>"']/g, (char) => `&#${char.charCodeAt(0)};`)
+export const escapeHtml = (text: string): string => text.replace(/[&<>"']/g, (char) => `&#${char.charCodeAt(0)};`)
 
-const e = (value: string | number | null | undefined) => (value === null || value === undefined ? "—" : escapeHtml(String(value)))
+const e = (value: string | number | null | undefined) =>
+  value === null || value === undefined ? "—" : escapeHtml(String(value))
 
 /** "42 s", "7 min", "3.2 h", "2.1 d". */
 export const age = (seconds: number): string =>
@@ -116,7 +120,8 @@ export const age = (seconds: number): string =>
         ? `${Math.round(seconds / 360) / 10} h`
         : `${Math.round(seconds / 8_640) / 10} d`
 
-const secondsSince = (now: string, at: string | null) => (at === null ? null : (Date.parse(now) - Date.parse(at)) / 1000)
+const secondsSince = (now: string, at: string | null) =>
+  at === null ? null : (Date.parse(now) - Date.parse(at)) / 1000
 
 /** A job is late when its last success is older than twice its interval (one missed turn is slack). */
 const jobState = (job: JobHealth, now: string): "ok" | "late" | "failed" | "never" => {
@@ -152,11 +157,15 @@ const byStatus = (counts: Record<string, number>) =>
 
 const alerts = (report: StatusReport) => [
   ...report.connections_needing_reauthorization.map(
-    (name) => `<div class="alert">Connection <b>${e(name)}</b> needs re-authorization: run <code>crm-sync connect ${e(name)}</code>.</div>`
+    (name) =>
+      `<div class="alert">Connection <b>${e(name)}</b> needs re-authorization: run <code>crm-sync connect ${e(name)}</code>.</div>`
   ),
   ...(report.plan ?? [])
     .filter((plan) => !plan.fits)
-    .map((plan) => `<div class="alert">Connection <b>${e(plan.connection)}</b>: ${e(plan.warnings.join("; "))} (<code>crm-sync plan</code>).</div>`)
+    .map(
+      (plan) =>
+        `<div class="alert">Connection <b>${e(plan.connection)}</b>: ${e(plan.warnings.join("; "))} (<code>crm-sync plan</code>).</div>`
+    )
 ]
 
 const jobRows = (details: StatusDetails) =>
@@ -178,7 +187,8 @@ const resourceRows = (report: StatusReport, now: string) =>
 const bucketRows = (report: StatusReport) =>
   report.buckets.map((bucket) => {
     const share = bucket.limit > 0 ? Math.min(1, bucket.used / bucket.limit) : 0
-    const blocked = bucket.blocked_until === null ? "" : ` <span class="bad">blocked until ${e(bucket.blocked_until)}</span>`
+    const blocked =
+      bucket.blocked_until === null ? "" : ` <span class="bad">blocked until ${e(bucket.blocked_until)}</span>`
     return `<tr><td>${e(bucket.bucket)}</td><td>${e(bucket.scope)}</td>
       <td><span class="bar" title="${e(bucket.used)} of ${e(bucket.limit)}"><span class="${share >= 0.9 ? "hot" : ""}" style="width:${Math.round(share * 100)}%"></span></span>
       ${bucket.used} / ${bucket.limit}${blocked}</td><td>${e(bucket.resets_at)}</td></tr>`
@@ -208,7 +218,9 @@ ${table(["bucket", "scope", "used this window", "resets"], bucketRows(report), "
 ${table(
   ["delivery", "endpoint", "event", "why", "retry with"],
   details.dead.map(
-    (row) => `<tr><td>${e(row.hook_id)}</td><td>${e(row.endpoint)}</td><td>${e(row.event_type)}</td><td>${e(row.error)}</td>
+    (
+      row
+    ) => `<tr><td>${e(row.hook_id)}</td><td>${e(row.endpoint)}</td><td>${e(row.event_type)}</td><td>${e(row.error)}</td>
       <td><code>crm-sync webhooks replay ${e(row.hook_id)}</code></td></tr>`
   ),
   "No dead deliveries."
@@ -216,7 +228,9 @@ ${table(
 ${table(
   ["outbox row", "operation", "status", "why", "retry with"],
   details.outbox_problems.map(
-    (row) => `<tr><td>${e(row.id)}</td><td>${e(row.operation)}</td><td class="bad">${e(row.status)}</td><td>${e(row.error)}</td>
+    (
+      row
+    ) => `<tr><td>${e(row.id)}</td><td>${e(row.operation)}</td><td class="bad">${e(row.status)}</td><td>${e(row.error)}</td>
       <td><code>crm-sync outbox retry ${e(row.id)}</code></td></tr>`
   ),
   "No refused or failed writes."
