@@ -15,6 +15,10 @@ const failure = <A>(exit: Exit.Exit<A, ConfigInvalid>) => {
   return (error as unknown as { error: ConfigInvalid }).error
 }
 
+const connection = (fields: Record<string, unknown>) => ({
+  connections: [{ name: "x", base_url: "https://crm.test", credential: "personal", token: "t", ...fields }]
+})
+
 describe("AppConfig", () => {
   it.effect("the single-connection case needs no file", () =>
     Effect.gen(function* () {
@@ -22,7 +26,7 @@ describe("AppConfig", () => {
         CRM_BASE_URL: "https://crm.example.test",
         CRM_TOKEN: "pat_abc",
         CRM_WEBHOOK_SECRET: "whsec_c2VjcmV0",
-        WEBHOOK_PORT: "9090"
+        WEBHOOK_PORT: "9191"
       })
       assert.strictEqual(config.connections.length, 1)
       const connection = config.connections[0]!
@@ -30,7 +34,7 @@ describe("AppConfig", () => {
       assert.strictEqual(connection.credential, "personal")
       assert.strictEqual(connection.base_url.href, "https://crm.example.test/")
       assert.strictEqual(Redacted.value(connection.token!), "pat_abc")
-      assert.strictEqual(config.webhook_port, 9090)
+      assert.strictEqual(config.webhook_port, 9191)
       assert.strictEqual(config.webhooks.endpoints[0]!.name, "default")
       assert.strictEqual(config.data_dir, ".crm-sync")
       assert.strictEqual(config.sync.deletion_threshold, 0.1)
@@ -107,10 +111,6 @@ describe("AppConfig", () => {
       assert.include(lease.line, "from 1s to 1d")
     })
   )
-
-  const connection = (fields: Record<string, unknown>) => ({
-    connections: [{ name: "x", base_url: "https://crm.test", credential: "personal", token: "t", ...fields }]
-  })
 
   /** Values that used to be accepted and broke things quietly; each is now one line naming its key. */
   const refused: ReadonlyArray<readonly [string, Record<string, unknown>, string, string]> = [
