@@ -82,12 +82,25 @@ const textArray = (values: ReadonlyArray<string | null>) => Result.getOrThrow(Pg
 const byteaArray = (values: ReadonlyArray<Uint8Array>) => Result.getOrThrow(PgTypes.array(values, PgTypes.OID.bytea))
 const float8Array = (values: ReadonlyArray<number>) => Result.getOrThrow(PgTypes.array(values, PgTypes.OID.float8))
 
+/** One row per hook id, preferring a copy that knows its event type (see `insert`). */
+const oneCopyPerHook = (rows: ReadonlyArray<InboxRow>): ReadonlyArray<InboxRow> => {
+  const byHook = new Map<string, InboxRow>()
+  for (const row of rows) {
+    const kept = byHook.get(row.hookId)
+    if (kept === undefined || (kept.eventType === null && row.eventType !== null)) byHook.set(row.hookId, row)
+  }
+  return byHook.size === rows.length ? rows : [...byHook.values()]
+}
+
 const rowsAffected = (rows: ReadonlyArray<{ readonly n: number | bigint }>) => Number(rows[0]?.n ?? 0)
 
 export class WebhookInbox extends Context.Service<
   WebhookInbox,
   {
-    /** Inserts rows; ids already present are left alone. Returns the ids actually inserted. */
+    /**
+     * Inserts rows; ids already present are left alone, except that a copy with an event type
+     * completes a stored copy without one that was never applied. Returns the ids inserted or completed.
+     */
     readonly insert: (rows: ReadonlyArray<InboxRow>) => Effect.Effect<ReadonlySet<string>, SqlError>
     /** Leases up to `limit` due rows to `worker`, oldest due first, counting one attempt each. */
     readonly claim: (worker: string, limit: number) => Effect.Effect<ReadonlyArray<ClaimedRow>, SqlError>
@@ -114,23 +127,38 @@ export class WebhookInbox extends Context.Service<
       const sql = yield* SqlClient
 
       // One statement whatever the batch size (unnest of arrays rather than multi-row VALUES),
-      // so PostgreSQL plans it once. ON CONFLICT DO NOTHING also absorbs repeats within a batch.
+      // so PostgreSQL plans it once.
+      //
+      // A sender delivers one message, under one hook id, to every endpoint whose selection
+      // matches (spec §6.1). An event without `event_type` (client.created, client.updated,
+      // prospect.created; §6.3) can be understood only on its own fixed-type endpoint; if its copy
+      // on an all-types endpoint came first, it was stored with no type and set aside. So a typed
+      // copy completes an untyped row it finds — type, endpoint, body, back to pending — unless
+      // that row was already applied; every other repeat is left alone. The batch keeps one copy
+      // per hook id, the typed one where there is one (an upsert may touch a row only once).
       const insert = Effect.fnUntraced(function* (rows: ReadonlyArray<InboxRow>) {
         if (rows.length === 0) return new Set<string>()
-        const inserted = yield* sql<{ hook_id: string }>`
-          INSERT INTO crm_sync.webhook_inbox (hook_id, endpoint, event_type, body, status, last_error, processed_at)
+        const batch = oneCopyPerHook(rows)
+        const inserted = yield* sql<{ hook_id: string; completed: boolean }>`
+          INSERT INTO crm_sync.webhook_inbox AS inbox (hook_id, endpoint, event_type, body, status, last_error, processed_at)
           SELECT r.hook_id, r.endpoint, r.event_type, r.body, r.status, r.last_error,
                  CASE WHEN r.status = 'dead' THEN now() END
           FROM unnest(
-            ${textArray(rows.map((row) => row.hookId))},
-            ${textArray(rows.map((row) => row.endpoint))},
-            ${textArray(rows.map((row) => row.eventType))},
-            ${byteaArray(rows.map((row) => row.body))},
-            ${textArray(rows.map((row) => row.status))},
-            ${textArray(rows.map((row) => row.error))}
+            ${textArray(batch.map((row) => row.hookId))},
+            ${textArray(batch.map((row) => row.endpoint))},
+            ${textArray(batch.map((row) => row.eventType))},
+            ${byteaArray(batch.map((row) => row.body))},
+            ${textArray(batch.map((row) => row.status))},
+            ${textArray(batch.map((row) => row.error))}
           ) AS r(hook_id, endpoint, event_type, body, status, last_error)
-          ON CONFLICT (hook_id) DO NOTHING
-          RETURNING hook_id`
+          ON CONFLICT (hook_id) DO UPDATE
+            SET endpoint = excluded.endpoint, event_type = excluded.event_type, body = excluded.body,
+                status = excluded.status, last_error = excluded.last_error, attempts = 0,
+                next_attempt_at = now(), processed_at = excluded.processed_at, locked_by = NULL, locked_at = NULL
+            WHERE inbox.event_type IS NULL AND excluded.event_type IS NOT NULL AND inbox.status <> 'processed'
+          RETURNING hook_id, xmax <> 0 AS completed`
+        // The insert trigger wakes the processors for new rows only; a completed row needs its own.
+        if (inserted.some((row) => row.completed)) yield* sql`SELECT pg_notify(${INBOX_CHANNEL}, '')`
         return new Set(inserted.map((row) => row.hook_id))
       })
 

@@ -85,6 +85,76 @@ layer(processorLifecycle("live").pipe(Layer.provideMerge(Base)), { excludeTestSe
       })
     )
 
+    it.effect("a typeless event on the all-types endpoint first is completed by its copy on its own endpoint", () =>
+      Effect.gen(function* () {
+        // A sender delivers one message id to every matching endpoint (spec §6.1); client.updated
+        // carries no event_type (§6.3), so only the dedicated endpoint says what it is.
+        const body = JSON.stringify({
+          ...eventFixture("client.updated"),
+          client: { ...(eventFixture("client.updated").client as object), id: "cli_typeless" }
+        })
+        const id = hookId()
+        const untyped = yield* post("/webhooks/default", body, signedHeaders(secret, id, body))
+        assert.strictEqual(untyped.status, 200)
+        yield* eventually(
+          Effect.map(
+            scalar(`SELECT status AS v FROM crm_sync.webhook_inbox WHERE hook_id = '${id}'`),
+            (s) => s === "dead"
+          ),
+          "the untyped copy is set aside"
+        )
+        const typed = yield* post("/webhooks/client-updated", body, signedHeaders(clientUpdates, id, body))
+        assert.strictEqual(typed.status, 200)
+        yield* eventually(
+          Effect.map(
+            scalar(`SELECT status AS v FROM crm_sync.webhook_inbox WHERE hook_id = '${id}'`),
+            (s) => s === "processed"
+          ),
+          "the completed row is processed"
+        )
+        assert.strictEqual(yield* scalar(`SELECT tier AS v FROM crm.clients WHERE id = 'cli_typeless'`), "diamond")
+        assert.strictEqual(
+          yield* scalar(
+            `SELECT event_type || ' on ' || endpoint AS v FROM crm_sync.webhook_inbox WHERE hook_id = '${id}'`
+          ),
+          "client.updated on client-updated"
+        )
+
+        // The other order: the typed copy first; the untyped one after it is a plain duplicate.
+        const second = hookId()
+        const secondBody = JSON.stringify({
+          ...eventFixture("client.updated"),
+          client: { ...(eventFixture("client.updated").client as object), id: "cli_typed_first" }
+        })
+        assert.strictEqual(
+          (yield* post("/webhooks/client-updated", secondBody, signedHeaders(clientUpdates, second, secondBody)))
+            .status,
+          200
+        )
+        yield* eventually(
+          Effect.map(
+            scalar(`SELECT status AS v FROM crm_sync.webhook_inbox WHERE hook_id = '${second}'`),
+            (s) => s === "processed"
+          ),
+          "the typed copy is processed"
+        )
+        assert.strictEqual(
+          (yield* post("/webhooks/default", secondBody, signedHeaders(secret, second, secondBody))).status,
+          200
+        )
+        assert.strictEqual(
+          yield* scalar(
+            `SELECT status || ' ' || attempts AS v FROM crm_sync.webhook_inbox WHERE hook_id = '${second}'`
+          ),
+          "processed 1"
+        )
+        assert.strictEqual(
+          yield* scalar(`SELECT count(*)::int AS v FROM crm.client_changes WHERE client_id = 'cli_typed_first'`),
+          1
+        )
+      })
+    )
+
     it.effect("the same delivery three times in parallel: three 2xx, one inbox row, applied once", () =>
       Effect.gen(function* () {
         const body = JSON.stringify({
