@@ -174,7 +174,9 @@ export const Prospect = Schema.Struct({
   id: Id,
   book_id: NullableString,
   first_name: NullableString,
-  last_name: NullableString
+  last_name: NullableString,
+  // Not among the fields the spec shows (§2.1), but the API returns it: the forward-only guard's key.
+  updated_at: NullableTimestamp
 })
 export type Prospect = typeof Prospect.Type
 

@@ -61,6 +61,11 @@ export const addUpsertResults = (a: UpsertResult, b: UpsertResult): UpsertResult
   rejected: a.rejected + b.rejected
 })
 
+export interface UpsertOptions extends WriteOptions {
+  /** Per record, the time its snapshot stands for when it has no `updated_at` (see `prepare`). */
+  readonly orderedAt?: ReadonlyArray<string | null>
+}
+
 export interface WriteOptions {
   readonly source: Source
   /** Reference rows a long run of writes (a crawl) already knows exist (see `KnownReferences`). */
@@ -277,12 +282,21 @@ const decoderOf = (table: AnyTable) => {
  * Decodes each received record with its resource's model, splitting the good from the rejected,
  * and turns the good into rows (`Warehouse.write` takes the result).
  */
-export const prepare = (resource: Resource, records: ReadonlyArray<unknown>): Prepared => {
+/**
+ * `orderedAt`, aligned with `records`: the time a snapshot stands for where the record carries no
+ * `updated_at` of its own (a client, spec §2.9: its delivery's signed time), so the forward-only
+ * guard can order such snapshots too. A record's own `updated_at` always wins.
+ */
+export const prepare = (
+  resource: Resource,
+  records: ReadonlyArray<unknown>,
+  orderedAt?: ReadonlyArray<string | null>
+): Prepared => {
   const table: AnyTable = Tables[resource]
   const decode = decoderOf(table)
   const decoded: Array<Decoded> = []
   const rejected: Array<Rejected> = []
-  for (const raw of records) {
+  for (const [index, raw] of records.entries()) {
     const recordId = idOfRaw(raw, table.idKey)
     if (!isObject(raw)) {
       rejected.push({ resource, recordId, raw: storable(raw), error: "not a JSON object" })
@@ -304,7 +318,7 @@ export const prepare = (resource: Resource, records: ReadonlyArray<unknown>): Pr
     }
     const record = result.success
     const id = table.id(record)
-    const updatedAt = table.updatedAt(record)
+    const updatedAt = table.updatedAt(record) ?? orderedAt?.[index] ?? null
     const row =
       table.kind === "record" ? recordRow(table, raw, record, id, updatedAt) : { ...table.row(record), id, raw }
     const json = JSON.stringify(row)
@@ -524,7 +538,7 @@ export class Warehouse extends Context.Service<
     readonly upsert: (
       resource: Resource,
       records: ReadonlyArray<unknown>,
-      options: WriteOptions
+      options: UpsertOptions
     ) => Effect.Effect<UpsertResult, WarehouseError>
     /** `upsert` of records already decoded by `prepare` (possibly several batches `combine`d). */
     readonly write: (prepared: Prepared, options: WriteOptions) => Effect.Effect<UpsertResult, WarehouseError>
@@ -769,8 +783,8 @@ export class Warehouse extends Context.Service<
         (effect, prepared) => Effect.mapError(effect, toWarehouseError("upsert", prepared.resource))
       )
 
-      const upsert = (resource: Resource, records: ReadonlyArray<unknown>, options: WriteOptions) =>
-        Effect.suspend(() => write(prepare(resource, records), options))
+      const upsert = (resource: Resource, records: ReadonlyArray<unknown>, options: UpsertOptions) =>
+        Effect.suspend(() => write(prepare(resource, records, options.orderedAt), options))
 
       const markDeleted = Effect.fn("Warehouse.markDeleted")(
         function* (resource: Resource, ids: ReadonlyArray<string>, at: DateTime.Utc, options: WriteOptions) {

@@ -352,16 +352,18 @@ export class EventProcessor extends Context.Service<
         const applyWrites = Effect.fnUntraced(function* (
           items: ReadonlyArray<{ readonly decision: ApplyDecision; readonly transcript?: unknown }>
         ) {
-          const upserts = new Map<Resource, Array<Json>>()
+          const upserts = new Map<Resource, Array<{ readonly record: Json; readonly at: string }>>()
           const deletes = new Map<Resource, { ids: Array<string>; at: number }>()
           const noteParents: Array<{ readonly id: string; readonly householdId: string }> = []
           const changes: Array<{ readonly row: ClaimedRow; readonly change: NonNullable<Writes["clientChange"]> }> = []
           const transcriptRecords: Array<Json> = []
           for (const { decision, transcript } of items) {
             const { row, writes } = decision
+            // A snapshot without an updated_at of its own (a client) stands for when it was signed.
+            const at = (row.signedAt ?? row.receivedAt).toISOString()
             for (const { resource, record } of writes.upserts) {
               const list = upserts.get(resource) ?? []
-              list.push(record)
+              list.push({ record, at })
               upserts.set(resource, list)
             }
             for (const { resource, id } of writes.deletes) {
@@ -376,9 +378,13 @@ export class EventProcessor extends Context.Service<
           }
           // Ids in a fixed order, so two processors writing overlapping batches lock rows in the
           // same order and cannot deadlock (sort is stable: repeats of an id keep their order).
-          for (const [resource, records] of [...upserts.entries()].toSorted(([a], [b]) => a.localeCompare(b))) {
-            const ordered = records.toSorted((a, b) => String(a.id).localeCompare(String(b.id)))
-            yield* warehouse.upsert(resource, ordered, { source: "webhook" })
+          for (const [resource, items] of [...upserts.entries()].toSorted(([a], [b]) => a.localeCompare(b))) {
+            const ordered = items.toSorted((a, b) => String(a.record.id).localeCompare(String(b.record.id)))
+            yield* warehouse.upsert(
+              resource,
+              ordered.map((item) => item.record),
+              { source: "webhook", orderedAt: ordered.map((item) => item.at) }
+            )
           }
           if (transcriptRecords.length > 0) {
             yield* warehouse.upsert("meeting_transcripts", transcriptRecords, { source: "webhook" })
@@ -387,7 +393,7 @@ export class EventProcessor extends Context.Service<
           // deletion time is when the delivery arrived (the envelope carries none), and at least
           // the newest snapshot of the batch, so no snapshot already seen can undo it.
           for (const [resource, { ids, at }] of deletes) {
-            const newest = Math.max(at, ...(upserts.get(resource) ?? []).map(snapshotMillis))
+            const newest = Math.max(at, ...(upserts.get(resource) ?? []).map((item) => snapshotMillis(item.record)))
             yield* warehouse.markDeleted(resource, [...new Set(ids)].toSorted(), DateTime.makeUnsafe(newest), {
               source: "webhook"
             })

@@ -28,6 +28,8 @@ export interface InboxRow {
   readonly eventType: string | null
   /** The body exactly as received and signed. */
   readonly body: Uint8Array
+  /** The signed `hook-timestamp`, epoch milliseconds. */
+  readonly signedAt: number
   /** `pending`, or `dead` for a signed body that is not JSON (a retry cannot fix it). */
   readonly status: "pending" | "dead"
   readonly error: string | null
@@ -42,6 +44,8 @@ export interface ClaimedRow {
   /** Claims so far, this one included. */
   readonly attempts: number
   readonly receivedAt: Date
+  /** When the sender signed it (its hook-timestamp); null for rows stored before that was kept. */
+  readonly signedAt: Date | null
 }
 
 /** How a claimed row ends: for good (`processed`, `unhandled`, `dead`) in the apply transaction. */
@@ -140,19 +144,22 @@ export class WebhookInbox extends Context.Service<
         if (rows.length === 0) return new Set<string>()
         const batch = oneCopyPerHook(rows)
         const inserted = yield* sql<{ hook_id: string; completed: boolean }>`
-          INSERT INTO crm_sync.webhook_inbox AS inbox (hook_id, endpoint, event_type, body, status, last_error, processed_at)
+          INSERT INTO crm_sync.webhook_inbox AS inbox
+            (hook_id, endpoint, event_type, body, status, last_error, processed_at, signed_at)
           SELECT r.hook_id, r.endpoint, r.event_type, r.body, r.status, r.last_error,
-                 CASE WHEN r.status = 'dead' THEN now() END
+                 CASE WHEN r.status = 'dead' THEN now() END, to_timestamp(r.signed_ms / 1000)
           FROM unnest(
             ${textArray(batch.map((row) => row.hookId))},
             ${textArray(batch.map((row) => row.endpoint))},
             ${textArray(batch.map((row) => row.eventType))},
             ${byteaArray(batch.map((row) => row.body))},
             ${textArray(batch.map((row) => row.status))},
-            ${textArray(batch.map((row) => row.error))}
-          ) AS r(hook_id, endpoint, event_type, body, status, last_error)
+            ${textArray(batch.map((row) => row.error))},
+            ${float8Array(batch.map((row) => row.signedAt))}
+          ) AS r(hook_id, endpoint, event_type, body, status, last_error, signed_ms)
           ON CONFLICT (hook_id) DO UPDATE
             SET endpoint = excluded.endpoint, event_type = excluded.event_type, body = excluded.body,
+                signed_at = excluded.signed_at,
                 status = excluded.status, last_error = excluded.last_error, attempts = 0,
                 next_attempt_at = now(), processed_at = excluded.processed_at, locked_by = NULL, locked_at = NULL
             WHERE inbox.event_type IS NULL AND excluded.event_type IS NOT NULL AND inbox.status <> 'processed'
@@ -170,6 +177,7 @@ export class WebhookInbox extends Context.Service<
           body: Uint8Array
           attempts: number
           received_at: Date
+          signed_at: Date | null
         }>`
           UPDATE crm_sync.webhook_inbox AS inbox
           SET locked_by = ${worker}, locked_at = now(), attempts = inbox.attempts + 1
@@ -181,7 +189,8 @@ export class WebhookInbox extends Context.Service<
             FOR UPDATE SKIP LOCKED
           ) AS due
           WHERE inbox.hook_id = due.hook_id
-          RETURNING inbox.hook_id, inbox.endpoint, inbox.event_type, inbox.body, inbox.attempts, inbox.received_at`
+          RETURNING inbox.hook_id, inbox.endpoint, inbox.event_type, inbox.body, inbox.attempts, inbox.received_at,
+                    inbox.signed_at`
         return rows
           .map((row): ClaimedRow => ({
             hookId: row.hook_id,
@@ -189,7 +198,8 @@ export class WebhookInbox extends Context.Service<
             eventType: row.event_type,
             body: row.body,
             attempts: row.attempts,
-            receivedAt: row.received_at
+            receivedAt: row.received_at,
+            signedAt: row.signed_at
           }))
           .toSorted((a, b) => a.receivedAt.getTime() - b.receivedAt.getTime())
       })

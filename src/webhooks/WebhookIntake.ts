@@ -153,6 +153,7 @@ export class WebhookIntake extends Context.Service<
           endpoint: name,
           eventType: Result.isSuccess(inspected) ? (inspected.success ?? endpoint.eventType) : endpoint.eventType,
           body: body.success,
+          signedAt: headers.success.timestamp * 1000,
           status: Result.isSuccess(inspected) ? "pending" : "dead",
           error: Result.isFailure(inspected) ? inspected.failure : null
         }

@@ -69,10 +69,14 @@ const endpointOf: Partial<Record<string, string>> = {
 }
 
 /** Stores a fixture (optionally changed) as a delivery to the endpoint its type needs. */
-const deliverFixture = (eventType: (typeof EventFixtures)[number], change?: (body: Record<string, any>) => void) => {
+const deliverFixture = (
+  eventType: (typeof EventFixtures)[number],
+  change?: (body: Record<string, any>) => void,
+  signedAt?: number
+) => {
   const body = eventFixture(eventType) as Record<string, any>
   change?.(body)
-  return enqueue(body, { endpoint: endpointOf[eventType] ?? "default", eventType })
+  return enqueue(body, { endpoint: endpointOf[eventType] ?? "default", eventType, signedAt })
 }
 
 const drain = Effect.gen(function* () {
@@ -103,6 +107,50 @@ const count = (query: string) =>
   })
 
 layer(TestLayer, { excludeTestServices: true })("EventProcessor", (it) => {
+  it.effect("an older client snapshot, signed before a newer one but arriving after it, does not overwrite it", () =>
+    Effect.gen(function* () {
+      // Clients carry no updated_at (spec §2.9): their snapshots are ordered by the signed time.
+      const signed = Date.parse("2026-02-01T10:00:00Z")
+      yield* deliverFixture(
+        "client.updated",
+        (body) => (body.client = { ...body.client, id: "cli_order", tier: "gold" }),
+        signed
+      )
+      yield* drain
+      yield* deliverFixture(
+        "client.updated",
+        (body) => (body.client = { ...body.client, id: "cli_order", tier: "silver" }),
+        signed - 60_000
+      )
+      yield* drain
+      const client = yield* row("clients", "cli_order")
+      assert.strictEqual(client?.tier, "gold", "the later-signed snapshot stays")
+      assert.strictEqual(client?.updated_at.toISOString(), "2026-02-01T10:00:00.000Z")
+
+      yield* deliverFixture(
+        "client.updated",
+        (body) => (body.client = { ...body.client, id: "cli_order", tier: "platinum" }),
+        signed + 1_000
+      )
+      yield* drain
+      assert.strictEqual((yield* row("clients", "cli_order"))?.tier, "platinum", "a newer one applies")
+    })
+  )
+
+  it.effect("an older prospect snapshot after a newer one does not overwrite it", () =>
+    Effect.gen(function* () {
+      const prospect = (first_name: string, updated_at: string) => (body: Record<string, any>) =>
+        Object.assign(body, { id: "pro_order", first_name, updated_at })
+      yield* deliverFixture("prospect.created", prospect("Newer", "2026-02-01T10:00:00Z"))
+      yield* drain
+      yield* deliverFixture("prospect.created", prospect("Older", "2026-01-01T10:00:00Z"), Date.now() + 60_000)
+      yield* drain
+      const stored = yield* row("prospects", "pro_order")
+      assert.strictEqual(stored?.first_name, "Newer")
+      assert.strictEqual(stored?.updated_at.toISOString(), "2026-02-01T10:00:00.000Z")
+    })
+  )
+
   it.effect("meeting events: snapshot, linked records, transcript read, deletion", () =>
     Effect.gen(function* () {
       const created = yield* deliverFixture("meeting.created")

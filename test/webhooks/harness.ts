@@ -85,7 +85,7 @@ export const configLayer = (document: Record<string, unknown>) => AppConfig.laye
  */
 export const enqueue = (
   body: Record<string, unknown> | string,
-  options: { endpoint?: string; eventType?: string; id?: string } = {}
+  options: { endpoint?: string; eventType?: string; id?: string; signedAt?: number | undefined } = {}
 ) =>
   Effect.gen(function* () {
     const inbox = yield* WebhookInbox
@@ -99,6 +99,7 @@ export const enqueue = (
         endpoint: options.endpoint ?? "default",
         eventType,
         body: new TextEncoder().encode(text),
+        signedAt: options.signedAt ?? Date.now(),
         status: "pending",
         error: null
       }
