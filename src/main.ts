@@ -171,13 +171,26 @@ const plan = Command.make(
 
 const outboxRetry = Command.make(
   "retry",
-  { id: Argument.Int("id").pipe(Argument.withDescription("The outbox row's id")) },
-  ({ id }) =>
+  {
+    id: Argument.Int("id").pipe(Argument.withDescription("The outbox row's id")),
+    newKey: Flag.Boolean("new-key").pipe(
+      Flag.withDescription(
+        "Send it with a new idempotency key even though an earlier attempt may have created the record (check the CRM first: this can create a duplicate)"
+      ),
+      Flag.withDefault(false)
+    )
+  },
+  ({ id, newKey }) =>
     Effect.gen(function* () {
-      const result = yield* Outbox.retry(String(id))
+      const result = yield* Outbox.retry(String(id), { newKey })
+      if (newKey && result.changed) {
+        yield* Console.error(
+          `outbox ${id}: new idempotency key, as asked: if an earlier attempt created the record, this creates it again`
+        )
+      }
       yield* Console.log(
         result.changed
-          ? `outbox ${id}: pending again; the writer sends it next`
+          ? `outbox ${id}: pending again${result.newKey ? " with a new idempotency key" : ", same idempotency key"}; the writer sends it next`
           : `outbox ${id} is ${result.status}: nothing to retry`
       )
     }).pipe(Effect.provide(MigratedDatabase))

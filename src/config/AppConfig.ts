@@ -171,7 +171,9 @@ const Sync = Schema.Struct({
 })
 
 const Outbound = Schema.Struct({
-  max_attempts: withDefault(PositiveInt.check(Schema.isLessThanOrEqualTo(100)), 8)
+  max_attempts: withDefault(PositiveInt.check(Schema.isLessThanOrEqualTo(100)), 8),
+  /** How long a writer's claim on a row lasts without renewal (it renews every third of it while working). */
+  lease_timeout: withDefault(AtLeastASecond, "2 minutes")
 })
 
 export const ConfigDocument = Schema.Struct({

@@ -51,6 +51,8 @@ import {
   DatabaseUnavailable,
   Forbidden,
   Invalid,
+  KeyExpired,
+  KeyInUse,
   type LimitName,
   NotFound,
   RateLimited,
@@ -88,6 +90,12 @@ export interface CallOptions {
 export interface WriteOptions extends CallOptions {
   /** The call's `Idempotency-Key` (spec §4); by default one is made for the call and kept across its retries. */
   readonly idempotencyKey?: string
+  /**
+   * Epoch milliseconds after which no attempt of the call is sent (checked once the permit is in
+   * hand): the moment the key stops protecting against a second create. Past it the call fails
+   * with `KeyExpired`.
+   */
+  readonly sendBy?: number
 }
 
 /**
@@ -292,6 +300,8 @@ interface Call {
   readonly recordId?: string
   readonly priority: Priority
   readonly idempotencyKey?: string
+  /** See `WriteOptions.sendBy`. */
+  readonly sendBy?: number
   /** 204-style endpoints: no body expected. */
   readonly empty?: boolean
 }
@@ -356,6 +366,8 @@ const classify = (call: Call, status: number, body: unknown): CrmErrorReason => 
   if (status === 401) return new Unauthorized(extras)
   if (status === 403) return new Forbidden({ write: call.method !== "GET", ...extras })
   if (status === 404) return new NotFound(extras)
+  // The spec shows no 409; the CRM's idempotency answers it while a request with the key still runs.
+  if (status === 409 && call.idempotencyKey !== undefined) return new KeyInUse(extras)
   if (status >= 500) return new Server({ status, ...(code === undefined ? {} : { code }) })
   if (status >= 400) return new Invalid({ status, ...extras })
   return new Undecodable({ status, malformed: false, detail: "unexpected status" })
@@ -483,6 +495,10 @@ const makeClient = Effect.fnUntraced(function* (connection: Connection) {
           kind: "failed",
           reason: new DatabaseUnavailable({ detail: "rate budget" })
         } satisfies Attempt as Attempt
+      }
+      // A permit can take long to come (a 429 block, a full window): the key may have expired meanwhile.
+      if (call.sendBy !== undefined && (yield* Clock.currentTimeMillis) > call.sendBy) {
+        return { kind: "failed", reason: new KeyExpired({}) } satisfies Attempt as Attempt
       }
       const spent = yield* CrmPermitSpent
       if (spent !== undefined) spent()
@@ -714,7 +730,8 @@ const makeClient = Effect.fnUntraced(function* (connection: Connection) {
           path,
           body: encoded,
           priority,
-          ...(options?.idempotencyKey === undefined ? {} : { idempotencyKey: options.idempotencyKey })
+          ...(options?.idempotencyKey === undefined ? {} : { idempotencyKey: options.idempotencyKey }),
+          ...(options?.sendBy === undefined ? {} : { sendBy: options.sendBy })
         },
         recordSchema
       )

@@ -149,6 +149,36 @@ export class NeedsReauthorization extends Schema.TaggedError<NeedsReauthorizatio
   }
 }
 
+/**
+ * 409 on a write: a request with the same `Idempotency-Key` is still running at the CRM (the
+ * sandbox's `idempotency_key_in_use`). Retryable, with the same key: the first request decides.
+ */
+export class KeyInUse extends Schema.TaggedError<KeyInUse>()("KeyInUse", {
+  code: Detail,
+  detail: Detail
+}) {
+  get retryable(): boolean {
+    return true
+  }
+  get description(): string {
+    return "an earlier request with this idempotency key is still running at the CRM (409)"
+  }
+}
+
+/**
+ * Not sent: the call's idempotency key had outlived the CRM's memory of it (spec §8: 1 hour) by the
+ * time a permit came, and an earlier attempt may have created the record, so sending again could
+ * create it twice.
+ */
+export class KeyExpired extends Schema.TaggedError<KeyExpired>()("KeyExpired", {}) {
+  get retryable(): boolean {
+    return false
+  }
+  get description(): string {
+    return "not sent: the idempotency key is past the CRM's 1-hour lifetime and an earlier attempt may have created the record"
+  }
+}
+
 /** No token to send: an OAuth connection never connected, or the encryption key is missing. */
 export class MissingCredentials extends Schema.TaggedError<MissingCredentials>()("MissingCredentials", {
   detail: Schema.String
@@ -187,7 +217,9 @@ export const CrmErrorReason = Schema.Union([
   Undecodable,
   NeedsReauthorization,
   MissingCredentials,
-  DatabaseUnavailable
+  DatabaseUnavailable,
+  KeyInUse,
+  KeyExpired
 ])
 export type CrmErrorReason = typeof CrmErrorReason.Type
 

@@ -13,15 +13,36 @@
  * - the token cannot write (401/403): `failed`; nothing will change until someone fixes the token.
  * - transient (5xx, transport, 429): `pending` again with exponential backoff, up to
  *   `outbound.max_attempts`, then `failed`.
+ * - 409 (a request with the same key is still running at the CRM): `pending` again, same key.
  * A row whose first attempt is older than the CRM's idempotency-key lifetime (1 hour, spec §8) is
  * never re-sent blindly: an earlier attempt may have created the record, and a new request could
- * create it twice, so it goes to `needs_review`.
+ * create it twice, so it goes to `needs_review`. The check runs when the row is claimed and again
+ * before every attempt of the call (`sendBy`), since a permit can take long to come.
+ *
+ * Rows are claimed one at a time under a lease (`outbound.lease_timeout`) that the writer renews
+ * while it works, and every outcome is written only by the lease's holder: another replica takes
+ * a row over only when its holder died.
  *
  * Idle, the writer waits on LISTEN `crm_sync_outbox` (the table's insert trigger notifies), with a
- * slow poll as a fallback for missed notifications and for rows whose backoff has passed.
+ * slow poll as a fallback for missed notifications and for rows whose backoff has passed; a lost
+ * LISTEN (a database restart) is established again within seconds.
  */
 import { PgClient } from "@effect/sql-pg"
-import { Clock, Duration, Effect, Layer, Option, Queue, Random, Result, Schema, SchemaIssue } from "effect"
+import {
+  Cause,
+  Clock,
+  Duration,
+  Effect,
+  Fiber,
+  Layer,
+  Option,
+  Queue,
+  Random,
+  Result,
+  Schedule,
+  Schema,
+  SchemaIssue
+} from "effect"
 import { randomUUID } from "node:crypto"
 import { AppConfig } from "../config/AppConfig.ts"
 import { CrmClient, type CrmClientShape } from "../crm/CrmClient.ts"
@@ -30,11 +51,9 @@ import * as Models from "../crm/Models.ts"
 import { Warehouse } from "../warehouse/Warehouse.ts"
 import * as Outbox from "./Outbox.ts"
 
-/** The CRM keeps an idempotency key 1 hour (spec §4 rule 6); stay well inside it. */
-const KEY_LIFETIME_MS = 55 * 60 * 1000
-const LEASE_SECONDS = 120
-const BATCH = 20
+const { KEY_LIFETIME_MS } = Outbox
 const POLL_INTERVAL = Duration.seconds(5)
+const LISTEN_RETRY = Duration.seconds(2)
 const BACKOFF_BASE_MS = 2_000
 const BACKOFF_CAP_MS = 10 * 60 * 1000
 
@@ -43,14 +62,14 @@ const operations = {
   "contact.create": {
     body: Models.ContactCreate,
     resource: "contacts",
-    send: (client: CrmClientShape, body: Models.ContactCreate, key: string) =>
-      client.createContact(body, { idempotencyKey: key, priority: "interactive" })
+    send: (client: CrmClientShape, body: Models.ContactCreate, key: string, sendBy: number) =>
+      client.createContact(body, { idempotencyKey: key, priority: "interactive", sendBy })
   },
   "prospect.create": {
     body: Models.ProspectCreate,
     resource: "prospects",
-    send: (client: CrmClientShape, body: Models.ProspectCreate, key: string) =>
-      client.createProspect(body, { idempotencyKey: key, priority: "interactive" })
+    send: (client: CrmClientShape, body: Models.ProspectCreate, key: string, sendBy: number) =>
+      client.createProspect(body, { idempotencyKey: key, priority: "interactive", sendBy })
   }
 } as const
 
@@ -70,7 +89,8 @@ const describeIssue = (issue: SchemaIssue.Issue) => {
 
 /** Decodes a payload for its operation: the body to send, or why it cannot be sent. */
 export const decodePayload = (operation: string, payload: unknown): Result.Result<unknown, string> => {
-  if (!(operation in operations)) {
+  // Own keys only: `constructor` or `toString` is no operation.
+  if (!Object.hasOwn(operations, operation)) {
     return Result.fail(`unknown operation "${operation}" (supported: ${supportedOperations.join(", ")})`)
   }
   const schema = operations[operation as Operation].body as Schema.Decoder<unknown>
@@ -89,8 +109,17 @@ const backoffMs = (attempts: number) =>
 const recordIdOf = (raw: unknown): string | null =>
   typeof raw === "object" && raw !== null && "id" in raw && typeof raw.id === "string" ? raw.id : null
 
+const KEY_EXPIRED =
+  "first sent over an hour ago and its outcome is unknown: the CRM no longer remembers the idempotency key, so sending again could create a duplicate; check the CRM, then `crm-sync outbox retry ID --new-key` if the record is not there"
+const KEY_REUSED =
+  "its idempotency key was used before with another body, and that earlier request may have created the record; check the CRM before retrying"
+
+const oneLine = (value: unknown) =>
+  (value instanceof Error ? value.message : String(value)).replace(/\s+/g, " ").slice(0, 300)
+
 const make = Effect.gen(function* () {
   const config = yield* AppConfig
+  const leaseSeconds = Duration.toSeconds(config.outbound.lease_timeout)
   const pg = yield* PgClient.PgClient
   const warehouse = yield* Warehouse
   const worker = `outbound-${randomUUID().slice(0, 8)}`
@@ -109,43 +138,52 @@ const make = Effect.gen(function* () {
 
   const onError = Effect.fnUntraced(function* (row: Outbox.OutboxRow, error: CrmError) {
     const reason = error.reason
+    if (reason._tag === "KeyExpired") return yield* Outbox.settle(row, "needs_review", KEY_EXPIRED)
     if (error.retryable) {
       if (row.attempts >= maxAttempts) {
         return yield* Outbox.settle(row, "failed", `gave up after ${row.attempts} attempts: ${error.message}`)
       }
       return yield* Outbox.reschedule(row, error.message, yield* backoffMs(row.attempts))
     }
+    // Nothing was sent before this answer (this call's first attempt, the row's first claim).
+    const firstContact = error.attempts === 1 && row.attempts === 1
     if (reason._tag === "Unauthorized" || reason._tag === "Forbidden") {
-      return yield* Outbox.settle(row, "failed", error.message)
+      return yield* Outbox.settle(row, "failed", error.message, { createdNothing: firstContact })
     }
-    return yield* Outbox.settle(row, "needs_review", error.message, {
+    const response = {
       status: "status" in reason ? reason.status : undefined,
       error: "code" in reason ? reason.code : undefined,
       detail: "detail" in reason ? reason.detail : undefined
+    }
+    if (reason._tag === "Invalid" && reason.code === "idempotency_key_reused") {
+      // The key went out before with another body (the payload was edited after an attempt).
+      return yield* Outbox.settle(row, "needs_review", `${error.message}: ${KEY_REUSED}`, { response })
+    }
+    // The CRM refused this very request: with the same key and body, an earlier attempt that had
+    // created the record would have been answered with it instead, so nothing exists under the key.
+    return yield* Outbox.settle(row, "needs_review", error.message, {
+      response,
+      createdNothing: reason._tag === "Invalid" || reason._tag === "NotFound"
     })
   })
 
-  const process = Effect.fnUntraced(function* (row: Outbox.OutboxRow) {
-    const body = decodePayload(row.operation, row.payload)
-    if (Result.isFailure(body)) return yield* Outbox.settle(row, "needs_review", body.failure)
-    if (row.first_attempt_at !== null && row.attempts > 1) {
-      const age = (yield* Clock.currentTimeMillis) - row.first_attempt_at.getTime()
-      if (age > KEY_LIFETIME_MS) {
-        return yield* Outbox.settle(
-          row,
-          "needs_review",
-          "first sent over an hour ago and its outcome is unknown: the CRM no longer remembers the idempotency key, so sending again could create a duplicate; check the CRM, then `crm-sync outbox retry` it or mark it done"
-        )
-      }
-    }
+  const send = Effect.fnUntraced(function* (row: Outbox.OutboxRow, body: unknown) {
     const client = yield* clientFor(row.connection)
     if (Option.isNone(client)) {
-      return yield* Outbox.settle(row, "failed", `no CRM connection named ${row.connection ?? "(default)"}`)
+      return yield* Outbox.settle(row, "failed", `no CRM connection named ${row.connection ?? "(default)"}`, {
+        createdNothing: row.attempts === 1
+      })
     }
     const operation = operations[row.operation as Operation]
+    const firstAttempt = row.first_attempt_at?.getTime() ?? (yield* Clock.currentTimeMillis)
     const sent = yield* (
-      operation.send as (c: CrmClientShape, b: unknown, k: string) => Effect.Effect<{ raw: unknown }, CrmError>
-    )(client.value, body.success, row.idempotency_key).pipe(Effect.result)
+      operation.send as (
+        c: CrmClientShape,
+        b: unknown,
+        k: string,
+        sendBy: number
+      ) => Effect.Effect<{ raw: unknown }, CrmError>
+    )(client.value, body, row.idempotency_key, firstAttempt + KEY_LIFETIME_MS).pipe(Effect.result)
     if (Result.isFailure(sent)) return yield* onError(row, sent.failure)
     const raw = sent.success.raw
     // The warehouse copy is a courtesy (the next poll or event brings it too): its failure must
@@ -159,19 +197,55 @@ const make = Effect.gen(function* () {
     yield* Effect.logInfo(`outbox ${row.id}: ${row.operation} created ${recordIdOf(raw) ?? "(no id)"}`)
   })
 
+  const process = Effect.fnUntraced(function* (row: Outbox.OutboxRow) {
+    const body = decodePayload(row.operation, row.payload)
+    if (Result.isFailure(body)) {
+      return yield* Outbox.settle(row, "needs_review", body.failure, { createdNothing: row.attempts === 1 })
+    }
+    if (row.first_attempt_at !== null) {
+      const age = (yield* Clock.currentTimeMillis) - row.first_attempt_at.getTime()
+      if (age > KEY_LIFETIME_MS) return yield* Outbox.settle(row, "needs_review", KEY_EXPIRED)
+    }
+    return yield* send(row, body.success)
+  })
+
+  /**
+   * One row, its lease renewed while it is worked on (a permit can take long to come), so no other
+   * writer claims it meanwhile. Whatever goes wrong ends the row with its reason; none stays in flight.
+   */
+  const handle = Effect.fnUntraced(function* (row: Outbox.OutboxRow) {
+    const heartbeat = yield* Outbox.renew(row).pipe(
+      Effect.ignore,
+      Effect.repeat(Schedule.spaced(Duration.millis((leaseSeconds * 1000) / 3))),
+      Effect.delay(Duration.millis((leaseSeconds * 1000) / 3)),
+      // `handle` runs uninterruptibly; the heartbeat must stay interruptible to be stopped.
+      Effect.interruptible,
+      Effect.forkChild
+    )
+    yield* process(row).pipe(
+      Effect.catchCause((cause) =>
+        Effect.gen(function* () {
+          yield* Effect.logError(`outbox ${row.id}: unexpected failure`, cause)
+          yield* Outbox.settle(row, "needs_review", `unexpected failure: ${oneLine(Cause.squash(cause))}`).pipe(
+            Effect.ignore
+          )
+        })
+      ),
+      Effect.ensuring(Fiber.interrupt(heartbeat))
+    )
+  })
+
   /** Claims and sends until nothing is due; returns how many rows were handled. */
   const drain = Effect.gen(function* () {
     let handled = 0
     while (true) {
-      const rows = yield* Outbox.claim({ worker, limit: BATCH, leaseSeconds: LEASE_SECONDS })
+      // One row per claim: a row waits for its permit under its own renewed lease, never behind
+      // others in a batch whose leases run out meanwhile. In order: the firm's writes may depend
+      // on each other, and each row's outcome is committed before the next is claimed.
+      const rows = yield* Outbox.claim({ worker, limit: 1, leaseSeconds })
       if (rows.length === 0) return handled
-      // One row at a time in order: the firm's writes may depend on each other, and the budget
-      // paces them anyway. Each row's outcome is committed before the next is sent.
       for (const row of rows) {
-        yield* process(row).pipe(
-          Effect.catchCause((cause) => Effect.logError(`outbox ${row.id}: unexpected failure`, cause)),
-          Effect.uninterruptible
-        )
+        yield* handle(row).pipe(Effect.uninterruptible)
         handled++
       }
     }
@@ -187,11 +261,27 @@ export const OutboundWriterLive = Layer.effectDiscard(
   Effect.gen(function* () {
     const writer = yield* make
     const wake = yield* Queue.sliding<void>(1)
-    yield* writer.pg.listen("crm_sync_outbox").pipe(
-      Effect.flatMap((notifications) =>
-        Effect.forever(Effect.andThen(Queue.take(notifications), Queue.offer(wake, undefined)))
+    // LISTEN on a dedicated connection, re-established whenever it is lost (a database restart):
+    // after each (re)start, one drain catches up on rows inserted while nobody listened.
+    yield* Effect.scoped(
+      Effect.gen(function* () {
+        const notifications = yield* writer.pg.listen("crm_sync_outbox")
+        yield* Queue.offer(wake, undefined)
+        while (true) {
+          yield* Queue.take(notifications)
+          yield* Queue.offer(wake, undefined)
+        }
+      })
+    ).pipe(
+      Effect.catchCause((cause) =>
+        Cause.hasInterruptsOnly(cause)
+          ? Effect.failCause(cause)
+          : Effect.andThen(
+              Effect.logWarning("outbox: LISTEN lost; listening again shortly (polling meanwhile)", cause),
+              Effect.sleep(LISTEN_RETRY)
+            )
       ),
-      Effect.catch((error) => Effect.logWarning("outbox: LISTEN lost; polling only", error)),
+      Effect.forever,
       Effect.forkScoped
     )
     yield* Effect.logInfo(`outbound writer ${writer.worker} started`)

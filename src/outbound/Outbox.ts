@@ -3,9 +3,10 @@
  * row's outcome. A firm inserts `(operation, payload)`; everything else on the row is crm-sync's.
  *
  * Claims are `FOR UPDATE SKIP LOCKED`, so several replicas share the work without coordination.
- * A row left `in_flight` by a process that died is claimed again once its lease is stale; it
- * carries the same `idempotency_key`, so the CRM answers the retry with the first response
- * instead of creating a second record (spec §4 rule 6).
+ * The holder renews its lease while it works (`renew`), so a row is claimed again only once its
+ * holder has died; it carries the same `idempotency_key`, so the CRM answers the retry with the
+ * first response instead of creating a second record (spec §4 rule 6). Every outcome is recorded
+ * only by the row's holder (`locked_by`): a writer whose lease was taken over changes nothing.
  */
 import { Effect, Schema } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
@@ -24,6 +25,8 @@ export interface OutboxRow {
   readonly created_at: Date
   /** When the row's first attempt was claimed: the idempotency key's lifetime runs from there. */
   readonly first_attempt_at: Date | null
+  /** The writer holding the row's lease. */
+  readonly locked_by: string
 }
 
 export class OutboxRowNotFound extends Schema.TaggedError<OutboxRowNotFound>()("OutboxRowNotFound", {
@@ -53,7 +56,17 @@ export const claim = Effect.fn("Outbox.claim")(function* (options: {
       FOR UPDATE SKIP LOCKED
     )
     RETURNING o.id::text AS id, o.connection, o.operation, o.payload, o.idempotency_key::text AS idempotency_key,
-              o.attempts, o.created_at, o.first_attempt_at`
+              o.attempts, o.created_at, o.first_attempt_at, o.locked_by`
+})
+
+/** Keeps the holder's lease fresh while it works (a permit may take long); false if it was lost. */
+export const renew = Effect.fn("Outbox.renew")(function* (row: OutboxRow) {
+  const sql = yield* SqlClient
+  const rows = yield* sql<{ id: string }>`
+    UPDATE crm_sync.outbox SET locked_at = now()
+    WHERE id = ${row.id}::bigint AND status = 'in_flight' AND locked_by = ${row.locked_by}
+    RETURNING id::text AS id`
+  return rows.length > 0
 })
 
 export const succeed = Effect.fn("Outbox.succeed")(function* (
@@ -65,7 +78,7 @@ export const succeed = Effect.fn("Outbox.succeed")(function* (
     UPDATE crm_sync.outbox
     SET status = 'succeeded', record_id = ${result.recordId}, response = ${JSON.stringify(result.response)}::jsonb,
         error = NULL, locked_by = NULL, locked_at = NULL, updated_at = now(), completed_at = now()
-    WHERE id = ${row.id}::bigint AND status = 'in_flight'`
+    WHERE id = ${row.id}::bigint AND status = 'in_flight' AND locked_by = ${row.locked_by}`
 })
 
 /** Back to `pending`, due again after `delayMs` (a transient failure). */
@@ -75,45 +88,86 @@ export const reschedule = Effect.fn("Outbox.reschedule")(function* (row: OutboxR
     UPDATE crm_sync.outbox
     SET status = 'pending', error = ${error}, next_attempt_at = now() + ${delayMs} * interval '1 millisecond',
         locked_by = NULL, locked_at = NULL, updated_at = now()
-    WHERE id = ${row.id}::bigint AND status = 'in_flight'`
+    WHERE id = ${row.id}::bigint AND status = 'in_flight' AND locked_by = ${row.locked_by}`
 })
 
-/** A final outcome other than success: `failed` (gave up) or `needs_review` (a person must look). */
+/**
+ * A final outcome other than success: `failed` (gave up) or `needs_review` (a person must look).
+ * `createdNothing`: the outcome proves no record exists under the row's key (see migration 0011).
+ */
 export const settle = Effect.fn("Outbox.settle")(function* (
   row: OutboxRow,
   status: "failed" | "needs_review",
   error: string,
-  response?: unknown
+  options: { readonly response?: unknown; readonly createdNothing?: boolean } = {}
 ) {
   const sql = yield* SqlClient
   yield* sql`
     UPDATE crm_sync.outbox
     SET status = ${status}, error = ${error},
-        response = ${response === undefined ? null : JSON.stringify(response)}::jsonb,
+        response = ${options.response === undefined ? null : JSON.stringify(options.response)}::jsonb,
+        created_nothing = ${options.createdNothing ?? false},
         locked_by = NULL, locked_at = NULL, updated_at = now(), completed_at = now()
-    WHERE id = ${row.id}::bigint AND status = 'in_flight'`
+    WHERE id = ${row.id}::bigint AND status = 'in_flight' AND locked_by = ${row.locked_by}`
 })
 
-/**
- * `crm-sync outbox retry ID`: a `failed` or `needs_review` row goes back to `pending`, due now.
- * A row the CRM rejected created nothing, so it gets a fresh idempotency key: its payload has
- * usually been corrected, and the CRM refuses a key reused with another body. A row that failed
- * for any other reason keeps its key, in case an earlier attempt did create the record.
- */
-export const retry = Effect.fn("Outbox.retry")(function* (id: string) {
-  const sql = yield* SqlClient
-  const rows = yield* sql<{ id: string; status: OutboxStatus }>`
-    UPDATE crm_sync.outbox
-    SET status = 'pending', next_attempt_at = now(), attempts = 0, error = NULL, locked_by = NULL,
-        locked_at = NULL, updated_at = now(), completed_at = NULL,
-        idempotency_key = CASE WHEN status = 'needs_review' AND record_id IS NULL THEN gen_random_uuid() ELSE idempotency_key END,
-        first_attempt_at = CASE WHEN status = 'needs_review' AND record_id IS NULL THEN NULL ELSE first_attempt_at END
-    WHERE id = ${id}::bigint AND status IN ('failed', 'needs_review', 'pending')
-    RETURNING id::text AS id, status`
-  if (rows.length === 0) {
-    const exists = yield* sql<{ status: string }>`SELECT status FROM crm_sync.outbox WHERE id = ${id}::bigint`
-    if (exists.length === 0) return yield* new OutboxRowNotFound({ id })
-    return { id, status: exists[0]!.status, changed: false }
+/** Why `outbox retry` will not send a row again by itself (it would need a new key, which could duplicate). */
+export class RetryNeedsNewKey extends Schema.TaggedError<RetryNeedsNewKey>()("RetryNeedsNewKey", {
+  id: Schema.String
+}) {
+  override get message() {
+    return (
+      `outbox ${this.id}: its first attempt was over an hour ago and may have created the record; the CRM no ` +
+      `longer remembers its idempotency key, so sending it again needs a new key and could create a duplicate. ` +
+      `Check the CRM first; if the record is not there, run \`crm-sync outbox retry ${this.id} --new-key\``
+    )
   }
-  return { id, status: "pending", changed: true }
+}
+
+/** How long the CRM remembers an idempotency key (spec §8: 1 hour), less a margin for clocks. */
+export const KEY_LIFETIME_MS = 55 * 60 * 1000
+
+export interface RetryResult {
+  readonly id: string
+  readonly status: string
+  readonly changed: boolean
+  /** Whether the row was given a new idempotency key. */
+  readonly newKey: boolean
+}
+
+/**
+ * `crm-sync outbox retry ID [--new-key]`: a `failed` or `needs_review` row goes back to `pending`,
+ * due now. It keeps its idempotency key — an earlier attempt may have created the record, and the
+ * same key makes the CRM answer with that record instead of creating another — unless its outcome
+ * proved nothing was created (`created_nothing`: refused before sending, or by the CRM), when it
+ * gets a fresh one (its payload has usually been corrected, and the CRM refuses a key reused with
+ * another body). A row whose key the CRM has forgotten (first attempt over an hour ago) and whose
+ * outcome is unknown is not sent again unless the operator asks for a new key, knowingly.
+ */
+export const retry = Effect.fn("Outbox.retry")(function* (id: string, options: { readonly newKey?: boolean } = {}) {
+  const sql = yield* SqlClient
+  return yield* sql.withTransaction(
+    Effect.gen(function* () {
+      const found = yield* sql<{ status: OutboxStatus; created_nothing: boolean; key_age_ms: number | null }>`
+        SELECT status, created_nothing,
+               (extract(epoch FROM now() - first_attempt_at) * 1000)::float8 AS key_age_ms
+        FROM crm_sync.outbox WHERE id = ${id}::bigint FOR UPDATE`
+      const row = found[0]
+      if (row === undefined) return yield* new OutboxRowNotFound({ id })
+      if (row.status !== "failed" && row.status !== "needs_review" && row.status !== "pending") {
+        return { id, status: row.status, changed: false, newKey: false } satisfies RetryResult
+      }
+      const keyForgotten = row.key_age_ms !== null && row.key_age_ms > KEY_LIFETIME_MS
+      if (keyForgotten && !row.created_nothing && options.newKey !== true) return yield* new RetryNeedsNewKey({ id })
+      const newKey = options.newKey === true || row.created_nothing
+      yield* sql`
+        UPDATE crm_sync.outbox
+        SET status = 'pending', next_attempt_at = now(), attempts = 0, error = NULL, locked_by = NULL,
+            locked_at = NULL, updated_at = now(), completed_at = NULL, created_nothing = false,
+            idempotency_key = CASE WHEN ${newKey} THEN gen_random_uuid() ELSE idempotency_key END,
+            first_attempt_at = CASE WHEN ${newKey} THEN NULL ELSE first_attempt_at END
+        WHERE id = ${id}::bigint`
+      return { id, status: "pending", changed: true, newKey } satisfies RetryResult
+    })
+  )
 })

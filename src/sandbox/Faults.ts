@@ -45,7 +45,16 @@ export const FaultRuleInput = Schema.Union([
     limit: Schema.optionalKey(Schema.Literals(["token", "company", "ip"])),
     ...Common
   }),
-  Schema.Struct({ kind: Schema.Literal("latency"), ms: Schema.Int.check(Schema.isGreaterThanOrEqualTo(0)), ...Common }),
+  /**
+   * Added latency: `before` the request is handled (default), or `inside` its handling, once an
+   * idempotent write holds its key (a repeat with the key meanwhile gets 409) and before it commits.
+   */
+  Schema.Struct({
+    kind: Schema.Literal("latency"),
+    ms: Schema.Int.check(Schema.isGreaterThanOrEqualTo(0)),
+    when: Schema.optionalKey(Schema.Literals(["before", "inside"])),
+    ...Common
+  }),
   /** TCP reset: `before` the handler runs, or `after` it committed its write. */
   Schema.Struct({ kind: Schema.Literal("reset"), when: Schema.optionalKey(When), ...Common }),
   /** The response body cut in half (the status and headers are intact). */

@@ -221,7 +221,13 @@ export const makeHttpApp = Effect.gen(function* () {
       const route = match.handler
       yield* drift(route, faultsFired, credential, query, trace.faults)
       const statusAfter = faultsFired.find((fault) => fault.kind === "status" && fault.when === "after")
-      const handler = route.handle({ method, path, params: match.params, query, headers, credential, body }).pipe(
+      const inside = faultsFired.find((fault) => fault.kind === "latency" && fault.when === "inside")
+      const slow = inside?.kind === "latency" ? Effect.sleep(Duration.millis(inside.ms)) : Effect.void
+      if (inside?.kind === "latency") trace.faults.push(`latency_inside:${inside.ms}`)
+      const handler = Effect.andThen(
+        slow,
+        route.handle({ method, path, params: match.params, query, headers, credential, body })
+      ).pipe(
         Effect.catch((error: ApiError) => Effect.succeed(fromError(error))),
         // a sandbox bug answers like a server error (never cached) instead of an empty 500
         Effect.catchDefect((defect) =>
@@ -290,7 +296,7 @@ export const makeHttpApp = Effect.gen(function* () {
         )
 
       for (const fault of faultsFired) {
-        if (fault.kind !== "latency") continue
+        if (fault.kind !== "latency" || fault.when === "inside") continue
         trace.faults.push(`latency:${fault.ms}`)
         yield* Effect.sleep(Duration.millis(fault.ms))
       }

@@ -5,12 +5,12 @@
  */
 import { NodeHttpClient } from "@effect/platform-node"
 import { assert, layer } from "@effect/vitest"
-import { Effect, Layer } from "effect"
+import { Duration, Effect, Exit, Fiber, Layer, Scope } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
 import { RateBudget } from "../../src/budget/RateBudget.ts"
 import { AppConfig } from "../../src/config/AppConfig.ts"
 import { Credentials } from "../../src/crm/Credentials.ts"
-import { OutboundWriter } from "../../src/outbound/OutboundWriter.ts"
+import { OutboundWriter, OutboundWriterLive } from "../../src/outbound/OutboundWriter.ts"
 import * as Outbox from "../../src/outbound/Outbox.ts"
 import { Sandbox } from "../../src/sandbox/Sandbox.ts"
 import { Warehouse } from "../../src/warehouse/Warehouse.ts"
@@ -35,7 +35,9 @@ const Config = Layer.unwrap(
         connection("main", sandbox.credentials.personalAccessToken),
         connection("readonly", readOnly.token)
       ],
-      budget: { safety_margin: "50 millis" }
+      budget: { safety_margin: "50 millis" },
+      // Short leases, so a writer that stopped renewing would lose its row within the test.
+      outbound: { lease_timeout: "1 second" }
     })
   })
 )
@@ -74,6 +76,21 @@ const read = (id: string) =>
   })
 
 const drain = Effect.flatMap(OutboundWriter.make, (writer) => writer.drain)
+
+/** Drains until the row has a final status (a retryable outcome reschedules it a second or two later). */
+const drainUntilSettled = (id: string) =>
+  Effect.gen(function* () {
+    for (let i = 0; i < 30; i++) {
+      yield* drain
+      const row = yield* read(id)
+      if (row.status !== "pending" && row.status !== "in_flight") return row
+      yield* Effect.sleep(Duration.millis(500))
+    }
+    return assert.fail(`outbox ${id} did not settle`)
+  })
+
+const prospectsPosted = (since: number) =>
+  Effect.flatMap(Sandbox, (sandbox) => sandbox.admin.requests({ method: "POST", path: "/v1/prospects", since }))
 
 const bookId = Effect.map(Sandbox, (sandbox) => sandbox.admin.state).pipe(
   Effect.flatten,
@@ -207,6 +224,157 @@ layer(Stack, { timeout: 60_000, excludeTestServices: true })("OutboundWriter", (
         posts.map((post) => post.idempotency_key),
         [resent.idempotency_key]
       )
+    })
+  )
+
+  it.effect("409 while the first request still runs, then it commits: retried with the same key, one record", () =>
+    Effect.gen(function* () {
+      const sandbox = yield* Sandbox
+      const book = yield* bookId
+      const before = (yield* sandbox.admin.records("prospects")).length
+      const since = yield* sandbox.admin.lastRequestSeq
+      // The first request holds its key for 3 s before committing; the client gives up on it after
+      // 2 s (request_timeout) and asks again with the same key while it still runs.
+      yield* sandbox.admin.addFault({ kind: "latency", when: "inside", ms: 3_000, path: "/v1/prospects", times: 1 })
+      const id = yield* insert("prospect.create", { book_id: book, first_name: "Key", last_name: "InUse" })
+      const row = yield* drainUntilSettled(id)
+      yield* sandbox.admin.clearFaults
+      assert.strictEqual(row.status, "succeeded", row.error ?? "")
+      const posts = yield* prospectsPosted(since)
+      assert.isTrue(
+        posts.some((post) => post.status === 409),
+        "a repeat was answered 409 while the first ran"
+      )
+      assert.deepStrictEqual(new Set(posts.map((post) => post.idempotency_key)), new Set([row.idempotency_key]))
+      assert.strictEqual((yield* sandbox.admin.records("prospects")).length, before + 1, "exactly one record")
+    })
+  )
+
+  it.effect("two writers on one slow row: the holder renews its lease, the other never sends it", () =>
+    Effect.gen(function* () {
+      const sandbox = yield* Sandbox
+      const book = yield* bookId
+      const before = (yield* sandbox.admin.records("prospects")).length
+      const since = yield* sandbox.admin.lastRequestSeq
+      // The first answer is a 429 that blocks the budget for 3 s: the holder waits that long for a
+      // permit, three times its 1-second lease.
+      yield* sandbox.admin.addFault({ kind: "rate_limit", retry_after: 3, path: "/v1/prospects", times: 1 })
+      const id = yield* insert("prospect.create", { book_id: book, first_name: "Slow", last_name: "Row" })
+      const first = yield* Effect.forkChild(drain)
+      yield* Effect.sleep(Duration.millis(1_800))
+      const second = yield* drain
+      yield* Fiber.join(first)
+      yield* sandbox.admin.clearFaults
+      assert.strictEqual(second, 0, "the second writer found nothing to claim")
+      const row = yield* read(id)
+      assert.strictEqual(row.status, "succeeded")
+      assert.strictEqual(row.attempts, 1, "claimed once")
+      const posts = yield* prospectsPosted(since)
+      assert.strictEqual(posts.filter((post) => post.status !== 429).length, 1, "one create, sent by the holder")
+      assert.deepStrictEqual(new Set(posts.map((post) => post.idempotency_key)), new Set([row.idempotency_key]))
+      assert.strictEqual((yield* sandbox.admin.records("prospects")).length, before + 1)
+    })
+  )
+
+  it.effect("the key's lifetime is checked before every attempt: past it, nothing more is sent", () =>
+    Effect.gen(function* () {
+      const sandbox = yield* Sandbox
+      const sql = yield* SqlClient
+      const book = yield* bookId
+      const since = yield* sandbox.admin.lastRequestSeq
+      const id = yield* insert("prospect.create", { book_id: book, first_name: "Late", last_name: "Key" })
+      // An earlier attempt (outcome unknown) 54 min 58 s ago: the key has 2 s left when claimed, and
+      // the first answer now is a 429 that blocks the budget for 3 s.
+      yield* sql`UPDATE crm_sync.outbox SET attempts = 1, first_attempt_at = now() - interval '54 minutes 58 seconds'
+                 WHERE id = ${id}::bigint`
+      yield* sandbox.admin.addFault({ kind: "rate_limit", retry_after: 3, path: "/v1/prospects", times: 1 })
+      yield* drain
+      yield* sandbox.admin.clearFaults
+      const row = yield* read(id)
+      assert.strictEqual(row.status, "needs_review")
+      assert.match(row.error!, /idempotency key/)
+      const posts = yield* prospectsPosted(since)
+      assert.deepStrictEqual(
+        posts.map((post) => post.status),
+        [429],
+        "only the attempt sent while the key was good"
+      )
+    })
+  )
+
+  it.effect("retry keeps the key when an earlier attempt may have created the record; a new one needs --new-key", () =>
+    Effect.gen(function* () {
+      const sql = yield* SqlClient
+      const book = yield* bookId
+      const unknown = yield* insert("prospect.create", { book_id: book, first_name: "Unknown", last_name: "Outcome" })
+      const forgotten = yield* insert("prospect.create", { book_id: book, first_name: "Forgotten", last_name: "Key" })
+      // As the writer leaves them: gave up after transient failures (outcome unknown).
+      yield* sql`UPDATE crm_sync.outbox SET status = 'failed', attempts = 8, error = 'gave up',
+                   first_attempt_at = now() - interval '10 minutes' WHERE id = ${unknown}::bigint`
+      yield* sql`UPDATE crm_sync.outbox SET status = 'needs_review', attempts = 3, error = 'key expired',
+                   first_attempt_at = now() - interval '2 hours' WHERE id = ${forgotten}::bigint`
+      const keyBefore = (yield* read(unknown)).idempotency_key
+      const kept = yield* Outbox.retry(unknown)
+      assert.isTrue(kept.changed)
+      assert.isFalse(kept.newKey)
+      assert.strictEqual((yield* read(unknown)).idempotency_key, keyBefore)
+
+      const refused = yield* Effect.flip(Outbox.retry(forgotten))
+      assert.strictEqual(refused._tag, "RetryNeedsNewKey")
+      assert.match(refused.message, /--new-key/)
+      assert.strictEqual((yield* read(forgotten)).status, "needs_review", "nothing changed")
+      const forgottenKey = (yield* read(forgotten)).idempotency_key
+      const forced = yield* Outbox.retry(forgotten, { newKey: true })
+      assert.isTrue(forced.newKey)
+      assert.notStrictEqual((yield* read(forgotten)).idempotency_key, forgottenKey)
+      yield* drain
+      assert.strictEqual((yield* read(unknown)).status, "succeeded")
+      assert.strictEqual((yield* read(forgotten)).status, "succeeded")
+    })
+  )
+
+  it.effect("an operation named like an object's own property is refused, not left in flight", () =>
+    Effect.gen(function* () {
+      const ids = yield* Effect.forEach(["constructor", "toString", "__proto__", "hasOwnProperty"], (operation) =>
+        insert(operation, {})
+      )
+      yield* drain
+      for (const id of ids) {
+        const row = yield* read(id)
+        assert.strictEqual(row.status, "needs_review")
+        assert.match(row.error!, /unknown operation/)
+      }
+    })
+  )
+
+  it.effect("after its LISTEN connection is killed (a database restart), the writer listens again", () =>
+    Effect.gen(function* () {
+      const sql = yield* SqlClient
+      const listeners = sql<{ pid: number }>`
+        SELECT pid FROM pg_stat_activity
+        WHERE datname = current_database() AND query ILIKE 'LISTEN%crm_sync_outbox%'`
+      const waitFor = (what: string, check: (pids: ReadonlyArray<number>) => boolean) =>
+        Effect.gen(function* () {
+          for (let i = 0; i < 100; i++) {
+            const pids = (yield* listeners).map((row) => row.pid)
+            if (check(pids)) return pids
+            yield* Effect.sleep(Duration.millis(100))
+          }
+          return assert.fail(`timed out waiting until ${what}`)
+        })
+      const scope = yield* Scope.make()
+      yield* Layer.buildWithScope(OutboundWriterLive, scope)
+      const [first] = yield* waitFor("the writer listens", (pids) => pids.length === 1)
+      yield* sql`SELECT pg_terminate_backend(${first!})`
+      const again = yield* waitFor("it listens again", (pids) => pids.length === 1 && pids[0] !== first)
+      assert.notStrictEqual(again[0], first)
+      // And the new LISTEN works: a row inserted now is sent.
+      const book = yield* bookId
+      const id = yield* insert("prospect.create", { book_id: book, first_name: "After", last_name: "Restart" })
+      for (let i = 0; i < 100 && (yield* read(id)).status !== "succeeded"; i++)
+        yield* Effect.sleep(Duration.millis(100))
+      assert.strictEqual((yield* read(id)).status, "succeeded")
+      yield* Scope.close(scope, Exit.void)
     })
   )
 
