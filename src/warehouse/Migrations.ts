@@ -4,11 +4,17 @@
  * Each file is split into statements (the extended query protocol runs one at a time) and the
  * whole run holds a transaction-scoped advisory lock, so two processes migrating at once are
  * safe: the second waits, then finds nothing left to do.
+ *
+ * The Migrator runs only files numbered above the newest one applied, so a file slipped in below
+ * it would never run, silently. Before anything runs, the numbering is checked instead: no gap
+ * (except the retired numbers, which landed skipped) and no unapplied file older than the newest
+ * applied one; either refuses the whole run with a message naming the file.
  */
 import { Effect, Schema } from "effect"
 import * as Migrator from "effect/sql/Migrator"
 import { SqlClient } from "effect/sql/SqlClient"
 import { readdirSync, readFileSync } from "node:fs"
+import { join } from "node:path"
 import { fileURLToPath } from "node:url"
 
 export const migrationsDirectory = fileURLToPath(new URL("../../migrations/", import.meta.url))
@@ -49,15 +55,49 @@ export const splitStatements = (text: string): ReadonlyArray<string> => {
   return statements
 }
 
-const fileLoader: Migrator.Loader<SqlClient> = Effect.try({
-  try: () =>
-    readdirSync(migrationsDirectory)
-      .flatMap((file) => {
-        const match = file.match(/^(\d+)_(.+)\.sql$/)
-        return match === null ? [] : [[Number(match[1]), match[2]!, file] as const]
-      })
-      .toSorted(([a], [b]) => a - b)
-      .map(
+/** Numbers that landed unused (0003 was followed by 0006): never to be filled in. */
+export const RETIRED_NUMBERS: ReadonlySet<number> = new Set([4, 5])
+
+/**
+ * Why a set of migration files cannot be applied safely to a database that has `applied`, if it
+ * cannot: a gap in the numbering (a file missing, or one that would later fill it and never run),
+ * a number used twice, or a file numbered below the newest applied one that was never applied.
+ */
+export const sequenceProblem = (
+  files: ReadonlyArray<readonly [number, string]>,
+  applied: ReadonlySet<number>
+): string | undefined => {
+  const sorted = files.toSorted(([a], [b]) => a - b)
+  const label = (id: number, name: string) => `${String(id).padStart(4, "0")}_${name}`
+  const newest = Math.max(0, ...applied)
+  const stranded = sorted.find(([id]) => id < newest && !applied.has(id))
+  if (stranded !== undefined) {
+    return `migration ${label(...stranded)} is older than the newest applied (${newest}) and was never applied; give it a number above ${newest}`
+  }
+  let expected = 1
+  for (const [id, name] of sorted) {
+    while (RETIRED_NUMBERS.has(expected)) expected++
+    if (RETIRED_NUMBERS.has(id))
+      return `migration ${label(id, name)} uses a retired number; give it a number above ${newest}`
+    if (id < expected) return `migration number ${id} is used twice (${label(id, name)})`
+    if (id > expected) return `migration ${label(id, name)} leaves a gap: no migration numbered ${expected}`
+    expected++
+  }
+  return undefined
+}
+
+const migrationFiles = (directory: string) =>
+  readdirSync(directory)
+    .flatMap((file) => {
+      const match = file.match(/^(\d+)_(.+)\.sql$/)
+      return match === null ? [] : [[Number(match[1]), match[2]!, file] as const]
+    })
+    .toSorted(([a], [b]) => a - b)
+
+const loaderFor = (directory: string): Migrator.Loader<SqlClient> =>
+  Effect.try({
+    try: () =>
+      migrationFiles(directory).map(
         ([id, name, file]) =>
           [
             id,
@@ -66,27 +106,47 @@ const fileLoader: Migrator.Loader<SqlClient> = Effect.try({
             Effect.succeed(
               Effect.gen(function* () {
                 const sql = yield* SqlClient
-                const text = readFileSync(`${migrationsDirectory}${file}`, "utf8")
+                const text = readFileSync(join(directory, file), "utf8")
                 for (const statement of splitStatements(text)) yield* sql.unsafe(statement)
               })
             )
           ] as const
       ),
-  catch: (cause) => new Migrator.MigrationError({ kind: "ImportError", message: `cannot read migrations: ${cause}` })
+    catch: (cause) => new Migrator.MigrationError({ kind: "ImportError", message: `cannot read migrations: ${cause}` })
+  })
+
+/** The ids already applied to this database (none before the first run). */
+const appliedIds = Effect.gen(function* () {
+  const sql = yield* SqlClient
+  const [table] = yield* sql<{ exists: boolean }>`SELECT to_regclass('crm_sync_migrations') IS NOT NULL AS exists`
+  if (table?.exists !== true) return new Set<number>()
+  const rows = yield* sql<{ id: number }>`SELECT migration_id::int AS id FROM crm_sync_migrations`
+  return new Set(rows.map((row) => row.id))
 })
 
 const runMigrator = Migrator.make({})
 
-/** Applies every pending migration; returns the ones applied, as `[id, name]`. */
-export const migrate = Effect.gen(function* () {
-  const sql = yield* SqlClient
-  return yield* sql.withTransaction(
-    Effect.gen(function* () {
-      yield* sql`SELECT pg_advisory_xact_lock(${MIGRATION_LOCK_KEY})`
-      return yield* runMigrator({ loader: fileLoader, table: "crm_sync_migrations" })
-    })
+/** Applies every pending migration of `directory`; returns the ones applied, as `[id, name]`. */
+export const migrateFrom = (directory: string) =>
+  Effect.gen(function* () {
+    const sql = yield* SqlClient
+    return yield* sql.withTransaction(
+      Effect.gen(function* () {
+        yield* sql`SELECT pg_advisory_xact_lock(${MIGRATION_LOCK_KEY})`
+        const files = yield* Effect.try({
+          try: () => migrationFiles(directory).map(([id, name]) => [id, name] as const),
+          catch: (cause) =>
+            new Migrator.MigrationError({ kind: "ImportError", message: `cannot read migrations: ${cause}` })
+        })
+        const problem = sequenceProblem(files, yield* appliedIds)
+        if (problem !== undefined) return yield* new Migrator.MigrationError({ kind: "BadState", message: problem })
+        return yield* runMigrator({ loader: loaderFor(directory), table: "crm_sync_migrations" })
+      })
+    )
+  }).pipe(
+    Effect.mapError((cause) => new MigrationFailed({ message: `migration failed: ${cause.message}`, cause })),
+    Effect.withSpan("Migrations.migrate")
   )
-}).pipe(
-  Effect.mapError((cause) => new MigrationFailed({ message: `migration failed: ${cause.message}`, cause })),
-  Effect.withSpan("Migrations.migrate")
-)
+
+/** Applies every pending migration of crm-sync; returns the ones applied, as `[id, name]`. */
+export const migrate = migrateFrom(migrationsDirectory)

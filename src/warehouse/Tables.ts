@@ -113,6 +113,12 @@ const known = <A extends { readonly id: string }>(value: A): Row & { readonly id
   return out as Row & { readonly id: string }
 }
 
+/**
+ * Whether a record reference names a household. Spec §2.7 and §2.8 give the kind in lower case
+ * ("household"), while the CRM's notes say `Household` (a class name): compare without case.
+ */
+const isHousehold = (type: string | null | undefined): boolean => type?.toLowerCase() === "household"
+
 const household = (id: string | null, name: string | null = null): ReadonlyArray<Sighting> =>
   id === null || id === "" ? [] : [{ resource: "households", record: known({ id, name }) }]
 
@@ -428,7 +434,7 @@ const tasks = define<Models.Task>({
   sightings: (task) => [
     ...(task.assigned_to === null ? [] : [{ resource: "users", record: known(task.assigned_to) } as const]),
     ...(task.assigned_team === null ? [] : [{ resource: "teams", record: known(task.assigned_team) } as const]),
-    ...(task.record?.type === "household" ? household(task.record.id, task.record.name) : [])
+    ...(isHousehold(task.record?.type) ? household(task.record!.id, task.record!.name) : [])
   ]
 })
 
@@ -450,7 +456,7 @@ const notes = define<Models.Note>({
   },
   sightings: (note) => [
     ...household(note.household_id),
-    ...(note.notable_type === "household" ? household(note.notable_id) : [])
+    ...(isHousehold(note.notable_type) ? household(note.notable_id) : [])
   ]
 })
 

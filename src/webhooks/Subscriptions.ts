@@ -5,7 +5,8 @@
  * A subscription belongs to the app, the user and the company the connection's OAuth token was
  * issued for; it covers every book that user can reach in that company (spec §4 rule 7). Both
  * commands are idempotent as the CRM defines them (spec §3): subscribing again returns the existing
- * subscription (201 each time, same id), unsubscribing when there is none is a 204. So these
+ * subscription (the spec gives 201 for the first; a repeat returns the same id), unsubscribing
+ * when there is none is a 204. So these
  * functions simply make the call: running them twice is safe.
  *
  * Personal access tokens cannot create or remove subscriptions (spec §5 rule 6); such a connection

@@ -1,8 +1,16 @@
 import { assert, describe, it, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
-import { readdirSync, readFileSync } from "node:fs"
-import { migrate, migrationsDirectory, splitStatements } from "../../src/warehouse/Migrations.ts"
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import {
+  migrate,
+  migrateFrom,
+  migrationsDirectory,
+  sequenceProblem,
+  splitStatements
+} from "../../src/warehouse/Migrations.ts"
 import { EmptyTestDatabase } from "../support/TestDatabase.ts"
 
 describe("splitStatements", () => {
@@ -85,6 +93,83 @@ layer(EmptyTestDatabase)("0009_crawl_sightings", (it) => {
         SELECT count(*)::int AS n FROM information_schema.tables
         WHERE table_schema = 'crm_sync' AND table_name = 'crawl_presence'`
       assert.strictEqual(presence!.n, 0)
+    })
+  )
+})
+
+describe("migration numbering", () => {
+  it("the shipped migrations have no gap but the retired numbers", () => {
+    const files = readdirSync(migrationsDirectory).flatMap((file) => {
+      const match = file.match(/^(\d+)_(.+)\.sql$/)
+      return match === null ? [] : [[Number(match[1]), match[2]!] as const]
+    })
+    assert.isUndefined(sequenceProblem(files, new Set()))
+  })
+
+  it("refuses a gap, a number used twice, and a file older than the newest applied one", () => {
+    assert.match(
+      sequenceProblem(
+        [
+          [1, "a"],
+          [2, "b"],
+          [3, "c"],
+          [7, "g"]
+        ],
+        new Set()
+      )!,
+      /0007_g leaves a gap: no migration numbered 6/
+    )
+    assert.match(
+      sequenceProblem(
+        [
+          [1, "a"],
+          [1, "again"]
+        ],
+        new Set()
+      )!,
+      /number 1 is used twice/
+    )
+    // A database that had 1, 2, 3 and 6 (4 and 5 retired); a new 0004 would never run.
+    const stranded = sequenceProblem(
+      [
+        [1, "a"],
+        [2, "b"],
+        [3, "c"],
+        [4, "late"],
+        [6, "f"]
+      ],
+      new Set([1, 2, 3, 6])
+    )
+    assert.match(stranded!, /0004_late is older than the newest applied \(6\)/)
+    assert.isUndefined(
+      sequenceProblem(
+        [
+          [1, "a"],
+          [2, "b"],
+          [3, "c"],
+          [6, "f"],
+          [7, "g"]
+        ],
+        new Set([1, 2, 3, 6])
+      )
+    )
+  })
+})
+
+layer(EmptyTestDatabase)("migrate with a gap", (it) => {
+  it.effect("refuses to run anything, naming the file", () =>
+    Effect.gen(function* () {
+      const sql = yield* SqlClient
+      const directory = mkdtempSync(join(tmpdir(), "crm-sync-migrations-"))
+      writeFileSync(join(directory, "0001_first.sql"), "CREATE TABLE gap_test_first (id int);\n")
+      writeFileSync(join(directory, "0002_second.sql"), "CREATE TABLE gap_test_second (id int);\n")
+      writeFileSync(join(directory, "0008_eighth.sql"), "CREATE TABLE gap_test_eighth (id int);\n")
+      const failure = yield* Effect.flip(migrateFrom(directory))
+      assert.match(failure.message, /0008_eighth leaves a gap: no migration numbered 3/)
+      const [created] = yield* sql<{ n: number }>`
+        SELECT count(*)::int AS n FROM information_schema.tables WHERE table_name LIKE 'gap_test_%'`
+      assert.strictEqual(created!.n, 0, "nothing was applied")
+      rmSync(directory, { recursive: true, force: true })
     })
   )
 })

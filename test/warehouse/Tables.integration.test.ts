@@ -204,6 +204,28 @@ layer(TestWarehouse)("warehouse schema", (it) => {
     })
   )
 
+  it.effect("a note under a household is a sighting of it, whatever the case of its notable_type", () =>
+    Effect.gen(function* () {
+      const warehouse = yield* Warehouse
+      const sql = yield* SqlClient
+      const note = resourceFixture("note") as JsonObject
+      yield* warehouse.upsert(
+        "notes",
+        [
+          { ...note, id: "nte_case_1", notable_type: "Household", notable_id: "hh_case_upper" },
+          { ...note, id: "nte_case_2", notable_type: "household", notable_id: "hh_case_lower" }
+        ],
+        { source: "webhook" }
+      )
+      const rows = yield* sql<{ id: string }>`
+        SELECT id FROM crm.households WHERE id IN ('hh_case_upper', 'hh_case_lower') ORDER BY id`
+      assert.deepStrictEqual(
+        rows.map((row) => row.id),
+        ["hh_case_lower", "hh_case_upper"]
+      )
+    })
+  )
+
   it("migration 0001 splits into statements the migrator can run one by one", () => {
     const text = readFileSync(new URL("../../migrations/0001_crm_schema.sql", import.meta.url), "utf8")
     const statements = splitStatements(text)

@@ -1,0 +1,31 @@
+/**
+ * `npm run bench [-- NAME ...] [-- --quick] [-- --no-docs]`: runs the benchmarks one after another,
+ * each in a process of its own (they measure memory and CPU, and must not share a heap), and
+ * passes the flags on. With no name, every one: budget, crawl, intake, freshness. Each prints its
+ * figures and writes them into the README between its markers (see figures.ts).
+ */
+import { spawnSync } from "node:child_process"
+import { fileURLToPath } from "node:url"
+
+const benches = ["budget", "crawl", "intake", "freshness"] as const
+
+const args = process.argv.slice(2)
+const flags = args.filter((arg) => arg.startsWith("--"))
+const named = args.filter((arg) => !arg.startsWith("--"))
+const unknown = named.filter((name) => !(benches as ReadonlyArray<string>).includes(name))
+if (unknown.length > 0) {
+  console.error(`unknown benchmark ${unknown.join(", ")}; known: ${benches.join(", ")}`)
+  process.exit(2)
+}
+
+let failed = 0
+for (const bench of named.length > 0 ? named : benches) {
+  console.log(`\n=== ${bench} ===`)
+  const file = fileURLToPath(new URL(`./${bench}.ts`, import.meta.url))
+  const result = spawnSync(process.execPath, ["--max-semi-space-size=32", file, ...flags], { stdio: "inherit" })
+  if (result.status !== 0) {
+    console.error(`${bench}: exited with ${result.status ?? result.signal}`)
+    failed++
+  }
+}
+process.exit(failed === 0 ? 0 : 1)
