@@ -58,6 +58,8 @@ export const splitStatements = (text: string): ReadonlyArray<string> => {
 /** Numbers that landed unused (0003 was followed by 0006): never to be filled in. */
 export const RETIRED_NUMBERS: ReadonlySet<number> = new Set([4, 5])
 
+const label = (id: number, name: string) => `${String(id).padStart(4, "0")}_${name}`
+
 /**
  * Why a set of migration files cannot be applied safely to a database that has `applied`, if it
  * cannot: a gap in the numbering (a file missing, or one that would later fill it and never run),
@@ -68,7 +70,6 @@ export const sequenceProblem = (
   applied: ReadonlySet<number>
 ): string | undefined => {
   const sorted = files.toSorted(([a], [b]) => a - b)
-  const label = (id: number, name: string) => `${String(id).padStart(4, "0")}_${name}`
   const newest = Math.max(0, ...applied)
   const stranded = sorted.find(([id]) => id < newest && !applied.has(id))
   if (stranded !== undefined) {

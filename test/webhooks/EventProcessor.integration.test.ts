@@ -79,6 +79,9 @@ const deliverFixture = (
   return enqueue(body, { endpoint: endpointOf[eventType] ?? "default", eventType, signedAt })
 }
 
+const prospectAt = (first_name: string, updated_at: string) => (body: Record<string, any>) =>
+  Object.assign(body, { id: "pro_order", first_name, updated_at })
+
 const drain = Effect.gen(function* () {
   const processor = yield* EventProcessor
   return yield* processor.drain
@@ -139,11 +142,9 @@ layer(TestLayer, { excludeTestServices: true })("EventProcessor", (it) => {
 
   it.effect("an older prospect snapshot after a newer one does not overwrite it", () =>
     Effect.gen(function* () {
-      const prospect = (first_name: string, updated_at: string) => (body: Record<string, any>) =>
-        Object.assign(body, { id: "pro_order", first_name, updated_at })
-      yield* deliverFixture("prospect.created", prospect("Newer", "2026-02-01T10:00:00Z"))
+      yield* deliverFixture("prospect.created", prospectAt("Newer", "2026-02-01T10:00:00Z"))
       yield* drain
-      yield* deliverFixture("prospect.created", prospect("Older", "2026-01-01T10:00:00Z"), Date.now() + 60_000)
+      yield* deliverFixture("prospect.created", prospectAt("Older", "2026-01-01T10:00:00Z"), Date.now() + 60_000)
       yield* drain
       const stored = yield* row("prospects", "pro_order")
       assert.strictEqual(stored?.first_name, "Newer")
