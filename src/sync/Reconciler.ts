@@ -41,6 +41,7 @@ import { Tables } from "../warehouse/Tables.ts"
 import { type UpsertResult, Warehouse } from "../warehouse/Warehouse.ts"
 import { JobLease } from "./JobLease.ts"
 import { type JobOutcome, JobRuns } from "./JobRuns.ts"
+import { type ByIdReport, reconcileById } from "./ByIdReconcile.ts"
 import { idOf, PER_PAGE } from "./PageCrawler.ts"
 import { Crm, Database, type JobFailure, SyncError, toSyncError, Usage } from "./SyncError.ts"
 import { SyncServicesLive } from "./SyncJobs.ts"
@@ -131,6 +132,8 @@ export interface ReconcileReport {
   /** Where the next run begins (null: from the start). */
   readonly next: Position | null
   readonly resources: Partial<Record<ReconcileResource, ResourceReport>>
+  /** Tasks, meetings and notes re-read by id (ByIdReconcile.ts); null before that part ran. */
+  readonly by_id: ByIdReport | null
   /** Why a `failed` run failed (the CRM after the client's retries, or the database). */
   readonly error: ReportError | null
 }
@@ -391,6 +394,7 @@ export class Reconciler extends Context.Service<
         let requests = 0
         let next: Position | null = resumedFrom
         const resources: Partial<Record<ReconcileResource, ResourceReport>> = {}
+        let byId: ByIdReport | null = null
 
         const report = (status: ReportStatus, stopped: Stopped, error: ReportError | null): ReconcileReport => ({
           id: runId,
@@ -403,6 +407,7 @@ export class Reconciler extends Context.Service<
           resumed_from: resumedFrom,
           next,
           resources: { ...resources },
+          by_id: byId,
           error
         })
 
@@ -496,6 +501,15 @@ export class Reconciler extends Context.Service<
           })
 
         const pass = Effect.gen(function* () {
+          // Known ids of the resources with no listing first, with at most half the allowance: the
+          // listings take what it leaves.
+          byId = yield* reconcileById(client, Math.floor(allowance / 2)).pipe(
+            Effect.provideService(SqlClient, sql),
+            Effect.provideService(Warehouse, warehouse),
+            Effect.provideService(CrmPermitSpent, () => {
+              requests++
+            })
+          )
           const start = resumedFrom === null ? 0 : ReconcileResources.indexOf(resumedFrom.resource)
           for (let index = start; index < ReconcileResources.length; index++) {
             const resource = ReconcileResources[index]!
@@ -657,15 +671,31 @@ export const renderReports = (reports: ReadonlyArray<ReconcileReport>): string =
       `on ${report.budget.bucket})${where}; report ${report.id}`
     )
   })
+  const byIds = reports.flatMap((report) => {
+    const byId = report.by_id
+    if (byId === null || byId === undefined || byId.known === 0) return []
+    const left = byId.not_reached === 0 ? "" : `; ${number.format(byId.not_reached)} left for later runs`
+    return [
+      `${report.connection}: tasks, meetings, notes by id: ${number.format(byId.checked)} of ` +
+        `${number.format(byId.known)} checked, ${number.format(byId.repaired)} repaired, ` +
+        `${number.format(byId.deleted)} deleted, ${number.format(byId.unreadable)} unreadable, ` +
+        `${number.format(byId.rejected)} rejected${left}`
+    ]
+  })
   const notes = reports.flatMap((report) =>
     ReconcileResources.flatMap((resource) => {
       const note = report.resources[resource]?.note
       return note === null || note === undefined ? [] : [`  ${report.connection} ${resource}: ${note}`]
     })
   )
-  return [line(header), ...body.map(line), "", ...runs, ...(notes.length === 0 ? [] : ["", "notes:", ...notes])].join(
-    "\n"
-  )
+  return [
+    line(header),
+    ...body.map(line),
+    "",
+    ...runs,
+    ...byIds,
+    ...(notes.length === 0 ? [] : ["", "notes:", ...notes])
+  ].join("\n")
 }
 
 const runOnce = Effect.fn("reconcile")(function* (options?: { readonly connection?: string | undefined }) {

@@ -47,13 +47,31 @@ const recordInput = (typed: ColumnList): string => {
   FROM ${base}, ${record}`
 }
 
+/**
+ * The stored `raw` of an upsert: the received object, with the kept-when-absent keys it lacks
+ * taken from the stored one (so the next full read of the same version is identical, unchanged).
+ */
+const keptRaw = (kept: ReadonlyArray<string>): string =>
+  kept.reduce(
+    (raw, key) =>
+      `CASE WHEN excluded."raw" ? ${literal(key)} OR NOT COALESCE(t."raw" ? ${literal(key)}, false) THEN ${raw} ` +
+      `ELSE ${raw} || jsonb_build_object(${literal(key)}, t."raw" -> ${literal(key)}) END`,
+    `excluded."raw"`
+  )
+
 /** The forward-only INSERT … ON CONFLICT of a `record` table, reading CTE `input`, returning what it wrote. */
 const writeRecords = (table: TableDescriptor<unknown>): string => {
   const typed: ColumnList = Object.entries(table.columns)
   const columns: ColumnList = [["id", "text"], ["updated_at", "timestamptz"], ["raw", "jsonb"], ...typed]
   const assignments = columns
     .filter(([name]) => name !== "id")
-    .map(([name]) => `${quote(name)} = excluded.${quote(name)}`)
+    .map(([name]) =>
+      name === "raw"
+        ? `"raw" = ${keptRaw(table.keptWhenAbsent)}`
+        : table.keptWhenAbsent.includes(name)
+          ? `${quote(name)} = CASE WHEN excluded."raw" ? ${literal(name)} THEN excluded.${quote(name)} ELSE t.${quote(name)} END`
+          : `${quote(name)} = excluded.${quote(name)}`
+    )
   return `INSERT INTO crm.${quote(table.table)} AS t (${names(columns)}, "source", "synced_at")
   SELECT ${names(columns)}, $2::text, now() FROM input
   ON CONFLICT ("id") DO UPDATE SET
@@ -65,7 +83,7 @@ const writeRecords = (table: TableDescriptor<unknown>): string => {
       THEN t."deleted_at"
     END
   WHERE (t."updated_at" IS NULL OR t."updated_at" <= excluded."updated_at")
-    AND (t."updated_at" IS DISTINCT FROM excluded."updated_at" OR t."raw" IS DISTINCT FROM excluded."raw")
+    AND (t."updated_at" IS DISTINCT FROM excluded."updated_at" OR t."raw" IS DISTINCT FROM ${keptRaw(table.keptWhenAbsent)})
   RETURNING t."id", (t.xmax = 0) AS inserted`
 }
 

@@ -59,6 +59,11 @@ export interface TableDescriptor<R> {
   readonly row: (record: R) => Row
   readonly children: ReadonlyArray<ChildTable<R>>
   readonly sightings: (record: R) => ReadonlyArray<Sighting>
+  /**
+   * Columns that only some reads return (a meeting's `event_participants`: the single-meeting read
+   * has them, event snapshots do not): a snapshot without the key keeps the stored value.
+   */
+  readonly keptWhenAbsent: ReadonlyArray<string>
 }
 
 interface Definition<R> {
@@ -74,6 +79,7 @@ interface Definition<R> {
   readonly derived?: Readonly<Record<string, readonly [PgType, (record: R) => unknown]>>
   readonly children?: ReadonlyArray<ChildTable<R>>
   readonly sightings?: (record: R) => ReadonlyArray<Sighting>
+  readonly keptWhenAbsent?: ReadonlyArray<keyof R & string>
 }
 
 const define = <R>(definition: Definition<R>): TableDescriptor<R> => {
@@ -98,7 +104,8 @@ const define = <R>(definition: Definition<R>): TableDescriptor<R> => {
       return row
     },
     children: definition.children ?? [],
-    sightings: definition.sightings ?? (() => [])
+    sightings: definition.sightings ?? (() => []),
+    keptWhenAbsent: definition.keptWhenAbsent ?? []
   }
 }
 
@@ -321,6 +328,9 @@ const meetings = define<Models.Meeting>({
     event_participants: "jsonb",
     created_at: "timestamptz"
   },
+  // Only `GET /v1/meetings/{id}` returns participants and transcript, only events the contacts,
+  // businesses and users (spec §2.6): neither kind of snapshot erases what only the other carries.
+  keptWhenAbsent: ["event_participants", "transcript", "contacts", "businesses", "users"],
   children: [
     {
       table: "meeting_households",

@@ -24,6 +24,8 @@ export interface HarnessOptions {
   readonly sandbox?: SandboxOptions
   /** Extra AppConfig keys (e.g. `sync`, `schedules`). */
   readonly config?: Record<string, unknown>
+  /** The connection's `limits` (default: unthrottled). */
+  readonly limits?: Record<string, unknown>
 }
 
 /** The config of a single connection `default` to the sandbox. */
@@ -37,7 +39,7 @@ export const sandboxConfig = (options: HarnessOptions = {}) =>
             base_url: sandbox.baseUrl,
             credential: "personal",
             token: sandbox.credentials.personalAccessToken,
-            limits: unthrottled
+            limits: options.limits ?? unthrottled
           }
         ],
         ...options.config

@@ -1,0 +1,215 @@
+/**
+ * The by-id part of a reconciliation. Tasks, meetings and notes have no listing (spec §4: only
+ * `GET /v1/tasks/{id}`, `GET /v1/meetings/{id}` and the three note paths), so they arrive by
+ * webhook alone, and a delivery the sender gave up on, or the events of a time without a
+ * subscription (spec §3), would leave their rows stale for good. A run re-reads the ids the
+ * warehouse knows, least recently checked first (`crm_sync.by_id_checks`), within a cap: a newer
+ * version is written (`source = reconcile`, forward-only), a 404 marks the row deleted, and the
+ * single-meeting read fills `event_participants`, which no event carries.
+ *
+ * Clients, prospects and contacts have neither a listing nor a single-record read: nothing can
+ * repair them but their next event (README, "What reconciliation can repair").
+ *
+ * Only rows in the connection's own books are read (`GET /v1/books`): with several connections on
+ * one warehouse, a record another connection's user sees would answer 404 here without being gone.
+ */
+import { DateTime, Effect, Schema } from "effect"
+import { SqlClient } from "effect/sql/SqlClient"
+import { type CrmClientShape, CrmPermitSpent, type NoteParent, type Received } from "../crm/CrmClient.ts"
+import type { CrmError } from "../crm/CrmError.ts"
+import { Warehouse } from "../warehouse/Warehouse.ts"
+import { idOf, PER_PAGE } from "./PageCrawler.ts"
+
+/** The resources read one id at a time. */
+export const ByIdResources = ["tasks", "meetings", "notes"] as const
+export type ByIdResource = (typeof ByIdResources)[number]
+
+/** What the by-id part of one run did (snake_case: it is stored as JSON in the run's report). */
+export interface ByIdReport {
+  /** Live rows of tasks, meetings and notes in the connection's books. */
+  readonly known: number
+  /** Read in this run. */
+  readonly checked: number
+  /** Written with the CRM's version (it differed from the stored row). */
+  readonly repaired: number
+  /** Answered 404: marked deleted. */
+  readonly deleted: number
+  /** Refused by the warehouse (kept in `crm_sync.undecodable_records`). */
+  readonly rejected: number
+  /** Could not be read: a note with no known parent, or a 403. */
+  readonly unreadable: number
+  /** Known rows left for a later run (the cap ran out first). */
+  readonly not_reached: number
+  /** Requests sent, retries included. */
+  readonly requests: number
+}
+
+export const emptyByIdReport: ByIdReport = {
+  known: 0,
+  checked: 0,
+  repaired: 0,
+  deleted: 0,
+  rejected: 0,
+  unreadable: 0,
+  not_reached: 0,
+  requests: 0
+}
+
+type Outcome = "current" | "repaired" | "deleted" | "rejected" | "unreadable"
+
+const Candidates = Schema.Array(
+  Schema.Struct({
+    resource: Schema.Literals(ByIdResources),
+    id: Schema.String,
+    notable_type: Schema.NullOr(Schema.String),
+    notable_id: Schema.NullOr(Schema.String),
+    household_id: Schema.NullOr(Schema.String)
+  })
+)
+type Candidate = (typeof Candidates.Type)[number]
+const CountRows = Schema.Array(Schema.Struct({ n: Schema.Number }))
+
+/** The parent path a note is read under: its `notable_type` (any case), else its household. */
+export const noteParentOf = (
+  row: Pick<Candidate, "notable_type" | "notable_id" | "household_id">
+): { readonly parent: NoteParent; readonly id: string } | undefined => {
+  const kind = row.notable_type?.toLowerCase()
+  if ((kind === "household" || kind === "contact" || kind === "business") && row.notable_id !== null) {
+    return { parent: kind, id: row.notable_id }
+  }
+  return row.household_id === null ? undefined : { parent: "household", id: row.household_id }
+}
+
+/** A 403 says this token may not read the record, not that it is gone. */
+const isForbidden = (error: CrmError) => error.reason._tag === "Forbidden"
+const isNotFound = (error: CrmError) => error.reason._tag === "NotFound"
+
+/** Every book the connection's token sees (one request per 100 books). */
+const booksOf = (client: CrmClientShape) =>
+  Effect.gen(function* () {
+    const ids: Array<string> = []
+    for (let page = 1; ; page++) {
+      const listed = yield* client.listBooks({ page, per_page: PER_PAGE }, { priority: "bulk" })
+      for (const book of listed.data) {
+        const id = idOf(book)
+        if (id !== undefined) ids.push(id)
+      }
+      if (listed.data.length === 0 || page >= listed.pagination.total_pages) return ids
+    }
+  })
+
+/** The single-record read of one candidate; undefined for a note whose parent is unknown. */
+const readOne = (client: CrmClientShape, row: Candidate): Effect.Effect<Received<unknown>, CrmError> | undefined => {
+  const options = { priority: "bulk" } as const
+  switch (row.resource) {
+    case "tasks":
+      return client.getTask(row.id, options)
+    case "meetings":
+      return client.getMeeting(row.id, options)
+    case "notes": {
+      const parent = noteParentOf(row)
+      return parent === undefined ? undefined : client.getNote(parent.parent, parent.id, row.id, options)
+    }
+  }
+}
+
+/**
+ * Re-reads known ids of the connection's tasks, meetings and notes, least recently checked first,
+ * until `cap` requests have been sent (the last read's retries may overrun it by a few). A CRM
+ * failure other than 404/403 ends the pass with that error (what was checked stays recorded).
+ */
+export const reconcileById = Effect.fnUntraced(function* (client: CrmClientShape, cap: number) {
+  const sql = yield* SqlClient
+  const warehouse = yield* Warehouse
+  const connection = client.connection.name
+  // Counted here for the cap, and passed on to the caller's counter (the run's total).
+  const outer = yield* CrmPermitSpent
+  let requests = 0
+  const counted = Effect.provideService(CrmPermitSpent, () => {
+    requests++
+    outer?.()
+  })
+
+  const live = (table: string) => sql.literal(`crm."${table}"`)
+  const [anyLive] = yield* sql`
+    SELECT ((SELECT count(*) FROM ${live("tasks")} WHERE deleted_at IS NULL)
+         + (SELECT count(*) FROM ${live("meetings")} WHERE deleted_at IS NULL)
+         + (SELECT count(*) FROM ${live("notes")} WHERE deleted_at IS NULL))::int AS n`.pipe(
+    Effect.flatMap(Schema.decodeUnknownEffect(CountRows))
+  )
+  // Nothing known: not even the books are worth a request.
+  if ((anyLive?.n ?? 0) === 0 || cap <= 0) return emptyByIdReport
+
+  const books = yield* counted(booksOf(client))
+  const known = `
+    SELECT 'tasks'::text AS resource, id, NULL::text AS notable_type, NULL::text AS notable_id, NULL::text AS household_id, synced_at
+      FROM crm."tasks" WHERE deleted_at IS NULL AND book_id = ANY($1::text[])
+    UNION ALL
+    SELECT 'meetings', id, NULL, NULL, NULL, synced_at
+      FROM crm."meetings" WHERE deleted_at IS NULL AND book_id = ANY($1::text[])
+    UNION ALL
+    SELECT 'notes', id, notable_type, notable_id, household_id, synced_at
+      FROM crm."notes" WHERE deleted_at IS NULL AND book_id = ANY($1::text[])`
+  const [total] = yield* sql
+    .unsafe(`SELECT count(*)::int AS n FROM (${known}) AS k`, [books])
+    .pipe(Effect.flatMap(Schema.decodeUnknownEffect(CountRows)))
+  // At most one request per candidate: the cap bounds how many are worth loading.
+  const candidates = yield* sql
+    .unsafe(
+      `SELECT k.resource, k.id, k.notable_type, k.notable_id, k.household_id FROM (${known}) AS k
+       LEFT JOIN crm_sync.by_id_checks c ON c.connection = $2 AND c.resource = k.resource AND c.id = k.id
+       ORDER BY c.checked_at ASC NULLS FIRST, k.synced_at ASC, k.resource, k.id
+       LIMIT $3`,
+      [books, connection, Math.max(0, cap - requests)]
+    )
+    .pipe(Effect.flatMap(Schema.decodeUnknownEffect(Candidates)))
+
+  const tally: Record<Outcome, number> = { current: 0, repaired: 0, deleted: 0, rejected: 0, unreadable: 0 }
+  const record = (row: Candidate, outcome: Outcome) =>
+    sql`
+      INSERT INTO crm_sync.by_id_checks (connection, resource, id, checked_at, outcome)
+      VALUES (${connection}, ${row.resource}, ${row.id}, now(), ${outcome})
+      ON CONFLICT (connection, resource, id) DO UPDATE SET checked_at = excluded.checked_at, outcome = excluded.outcome`
+
+  const check = (row: Candidate) =>
+    Effect.gen(function* () {
+      const read = readOne(client, row)
+      if (read === undefined) return "unreadable" as const
+      const received = yield* counted(read).pipe(
+        Effect.map((value) => ({ _tag: "Read" as const, value })),
+        Effect.catchIf(
+          (error) => isNotFound(error) || isForbidden(error),
+          (error) => Effect.succeed({ _tag: isNotFound(error) ? ("Gone" as const) : ("Forbidden" as const) })
+        )
+      )
+      if (received._tag === "Forbidden") return "unreadable" as const
+      if (received._tag !== "Read") {
+        const { deleted } = yield* warehouse.markDeleted(row.resource, [row.id], yield* DateTime.now, {
+          source: "reconcile"
+        })
+        return deleted > 0 ? ("deleted" as const) : ("current" as const)
+      }
+      const counts = yield* warehouse.upsert(row.resource, [received.value.raw], { source: "reconcile" })
+      if (counts.rejected > 0) return "rejected" as const
+      return counts.inserted + counts.updated > 0 ? ("repaired" as const) : ("current" as const)
+    })
+
+  let checked = 0
+  for (const row of candidates) {
+    if (requests >= cap) break
+    const outcome = yield* check(row)
+    yield* record(row, outcome)
+    tally[outcome] += 1
+    checked += 1
+  }
+  return {
+    known: total?.n ?? 0,
+    checked,
+    repaired: tally.repaired,
+    deleted: tally.deleted,
+    rejected: tally.rejected,
+    unreadable: tally.unreadable,
+    not_reached: Math.max(0, (total?.n ?? 0) - checked),
+    requests
+  } satisfies ByIdReport
+})
