@@ -148,6 +148,8 @@ const Webhooks = Schema.Struct({
 const Schedules = Schema.Struct({
   businesses: withDefault(Interval, "5 minutes"),
   crawl: withDefault(Interval, "6 hours"),
+  /** Full listings of businesses: the only way their deletions show (no event, no filter). */
+  business_crawl: withDefault(Interval, "24 hours"),
   reference: withDefault(Interval, "24 hours"),
   reconcile: withDefault(Schema.String, "0 3 * * *"),
   prune: withDefault(Interval, "1 hour")

@@ -50,6 +50,7 @@ const requireToken = (token: Redacted.Redacted<string>) =>
 const intervals = (config: AppConfig["Service"]) => ({
   "poll:businesses": Duration.toSeconds(config.schedules.businesses),
   crawl: Duration.toSeconds(config.schedules.crawl),
+  "crawl:businesses": Duration.toSeconds(config.schedules.business_crawl),
   reference: Duration.toSeconds(config.schedules.reference)
 })
 

@@ -17,7 +17,8 @@ const DEFAULT_POLL_REQUESTS = 1
 const DEFAULT_REFERENCE_REQUESTS = 3
 
 /** The crawled resources and the setting that schedules each. */
-const crawled: ReadonlyArray<{ readonly resource: string; readonly setting: "crawl" }> = [
+const crawled: ReadonlyArray<{ readonly resource: string; readonly setting: "crawl" | "business_crawl" }> = [
+  { resource: "businesses", setting: "business_crawl" },
   { resource: "annuity_contracts", setting: "crawl" },
   { resource: "financial_accounts", setting: "crawl" }
 ]

@@ -99,7 +99,7 @@ export const statusDetails = Effect.fn("StatusPage.details")(function* (interval
     jobs: jobs.map((row) => ({
       ...row,
       last_success: iso(row.last_success),
-      every_seconds: intervals[row.job.split(":")[0] === "crawl" ? "crawl" : row.job] ?? null
+      every_seconds: intervals[row.job] ?? intervals[row.job.split(":")[0] === "crawl" ? "crawl" : row.job] ?? null
     }))
   } satisfies StatusDetails
 })

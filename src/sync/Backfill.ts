@@ -36,7 +36,7 @@ import {
 } from "./BackfillProgress.ts"
 import { BUSINESSES } from "./BusinessPoller.ts"
 import { Cursors } from "./Cursors.ts"
-import { JobLease, resourceLease } from "./JobLease.ts"
+import { businessCrawlLease, JobLease, resourceLease } from "./JobLease.ts"
 import { type JobOutcome, JobRuns } from "./JobRuns.ts"
 import { type CrawlResource, PageCrawler } from "./PageCrawler.ts"
 import { ReferenceSync } from "./ReferenceSync.ts"
@@ -198,28 +198,33 @@ const backfillResource = (client: CrmClientShape, resource: BackfillResource, di
 
     const crawl = (crawlResource: CrawlResource) =>
       Effect.gen(function* () {
-        const summary = yield* crawler.crawl(client, crawlResource, {
-          source: "backfill",
-          onProgress: (progress) =>
-            Effect.gen(function* () {
-              const ms = yield* elapsed
-              const requestsHere = progress.requests - progress.startRequests
-              const remaining = Math.max(0, progress.totalPages - progress.page)
-              yield* display.update(key, {
-                pages: progress.page,
-                totalPages: progress.totalPages,
-                records: progress.seen,
-                recordsPerSecond: rate(progress.seen - progress.startSeen, ms),
-                eta: yield* eta(remaining, requestsHere, ms)
-              })
-            }),
-          // A complete business crawl is as good as a poll from its start (see BusinessPoller).
-          ...(crawlResource === BUSINESSES
-            ? {
-                onComplete: (run) => cursors.advance(connection, BUSINESSES, run.startedAt, { backfill_run: run.id })
-              }
-            : {})
-        })
+        // A full listing of businesses also waits for the daemon's business crawl (JobLease).
+        const exclusive = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+          crawlResource === BUSINESSES ? leases.run(businessCrawlLease(connection), effect) : effect
+        const summary = yield* exclusive(
+          crawler.crawl(client, crawlResource, {
+            source: "backfill",
+            onProgress: (progress) =>
+              Effect.gen(function* () {
+                const ms = yield* elapsed
+                const requestsHere = progress.requests - progress.startRequests
+                const remaining = Math.max(0, progress.totalPages - progress.page)
+                yield* display.update(key, {
+                  pages: progress.page,
+                  totalPages: progress.totalPages,
+                  records: progress.seen,
+                  recordsPerSecond: rate(progress.seen - progress.startSeen, ms),
+                  eta: yield* eta(remaining, requestsHere, ms)
+                })
+              }),
+            // A complete business crawl is as good as a poll from its start (see BusinessPoller).
+            ...(crawlResource === BUSINESSES
+              ? {
+                  onComplete: (run) => cursors.advance(connection, BUSINESSES, run.startedAt, { backfill_run: run.id })
+                }
+              : {})
+          })
+        )
         return {
           ...zeroRow(connection, resource),
           pages: summary.pages,

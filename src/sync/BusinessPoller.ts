@@ -27,6 +27,7 @@ import { AppConfig } from "../config/AppConfig.ts"
 import type { CrmClientShape } from "../crm/CrmClient.ts"
 import { Warehouse } from "../warehouse/Warehouse.ts"
 import { Cursors } from "./Cursors.ts"
+import { businessCrawlLease, JobLease } from "./JobLease.ts"
 import { type CrawlSummary, idOf, PageCrawler, PER_PAGE } from "./PageCrawler.ts"
 import { type SyncError, toSyncError } from "./SyncError.ts"
 import { recordOutcomes } from "./SyncMetrics.ts"
@@ -80,6 +81,7 @@ export class BusinessPoller extends Context.Service<
       const warehouse = yield* Warehouse
       const cursors = yield* Cursors
       const crawler = yield* PageCrawler
+      const leases = yield* JobLease
       const config = yield* AppConfig
       const lookback = config.sync.poll_lookback
 
@@ -90,13 +92,17 @@ export class BusinessPoller extends Context.Service<
           yield* Effect.logInfo("poll: no cursor yet; crawling every business first").pipe(
             Effect.annotateLogs({ connection })
           )
-          const summary = yield* crawler.crawl(client, BUSINESSES, {
-            source: "crawl",
-            // Changes made while the crawl ran have updated_at after its start (give or take the
-            // clock skew the lookback covers): polling from there misses none of them.
-            onComplete: (run) =>
-              cursors.advance(connection, BUSINESSES, run.startedAt, { initial_crawl: run.id, pages: run.totalPages })
-          })
+          // The scheduled business crawl may be reading the same listing: one crawl run at a time.
+          const summary = yield* leases.run(
+            businessCrawlLease(connection),
+            crawler.crawl(client, BUSINESSES, {
+              source: "crawl",
+              // Changes made while the crawl ran have updated_at after its start (give or take the
+              // clock skew the lookback covers): polling from there misses none of them.
+              onComplete: (run) =>
+                cursors.advance(connection, BUSINESSES, run.startedAt, { initial_crawl: run.id, pages: run.totalPages })
+            })
+          )
           const cursor = yield* cursors.get(connection, BUSINESSES)
           return {
             connection,

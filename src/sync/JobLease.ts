@@ -38,6 +38,13 @@ const keyOf = (lease: string) => `crm-sync:lease:${lease}`
 /** The lease every job touching one resource of one connection takes (poll, crawl, backfill). */
 export const resourceLease = (connection: string, resource: string) => `sync:${connection}:${resource}`
 
+/**
+ * The lease every full listing of businesses takes (the scheduled business crawl, the poll's first
+ * run, a backfill): one crawl run at a time, while the poll goes on under `resourceLease`. Whoever
+ * needs both takes `resourceLease` first.
+ */
+export const businessCrawlLease = (connection: string) => `sync:${connection}:businesses:crawl`
+
 export class JobLease extends Context.Service<
   JobLease,
   {

@@ -1,7 +1,9 @@
 /**
  * The read-sync jobs of `crm-sync run`: for every configured connection, the business poll (every
  * `schedules.businesses`, default 5 minutes), the crawls of annuity contracts and financial
- * accounts (every `schedules.crawl`, default 6 hours) and the reference refresh (every
+ * accounts (every `schedules.crawl`, default 6 hours), the business crawl (every
+ * `schedules.business_crawl`, default 24 hours: the poll cannot see deletions, so only a full
+ * listing, two clean ones in a row, finds them) and the reference refresh (every
  * `schedules.reference`, default 24 hours). Each is a background worker with no API —
  * `Layer.effectDiscard` with one `forkScoped` loop per job — that `main.ts` merges into the daemon.
  *
@@ -18,18 +20,18 @@
  * abandoned, the page being written commits (page writes are uninterruptible), the lease is
  * released, the job's row says `interrupted`, and an interrupted crawl resumes at the next start.
  */
-import { Cause, Duration, Effect, Layer, Schema } from "effect"
+import { Cause, Duration, Effect, Layer, Option, Schema } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
 import { AppConfig } from "../config/AppConfig.ts"
 import { CrmClient, type CrmClientShape } from "../crm/CrmClient.ts"
 import { BusinessPoller } from "./BusinessPoller.ts"
 import { CrawlRuns } from "./CrawlRuns.ts"
 import { Cursors } from "./Cursors.ts"
-import { JobLease, resourceLease } from "./JobLease.ts"
+import { businessCrawlLease, JobLease, resourceLease } from "./JobLease.ts"
 import { type JobOutcome, JobRuns } from "./JobRuns.ts"
 import { type CrawlResource, PageCrawler } from "./PageCrawler.ts"
 import { ReferenceSync } from "./ReferenceSync.ts"
-import type { SyncError } from "./SyncError.ts"
+import { type SyncError, toSyncError } from "./SyncError.ts"
 
 /** After a failed run, the job is tried again after its interval or this, whichever is shorter. */
 const RETRY_AFTER_FAILURE = Duration.minutes(10)
@@ -179,6 +181,40 @@ const crawlJob = (client: CrmClientShape, resource: CrawlResource, interval: Dur
     } satisfies ScheduledJob
   })
 
+/**
+ * The business crawl: the crawl's resumable, multi-run deletion by absence (and its mass-deletion
+ * guard) for businesses, under its own lease so that the poll goes on while it reads. Before the
+ * poll's first run (no cursor) it skips its turn: that run is a full crawl itself.
+ */
+const businessCrawlJob = (client: CrmClientShape, interval: Duration.Duration) =>
+  Effect.gen(function* () {
+    const crawler = yield* PageCrawler
+    const cursors = yield* Cursors
+    const connection = client.connection.name
+    const crawl = crawler
+      .crawl(client, "businesses", { source: "crawl" })
+      .pipe(Effect.map((summary): JobOutcome => ({ requests: summary.requests, detail: { ...summary } })))
+    return {
+      job: JobNames.crawl("businesses"),
+      connection,
+      interval,
+      lease: businessCrawlLease(connection),
+      alsoCounts: [JobNames.backfill("businesses")],
+      run: Effect.flatMap(
+        cursors
+          .get(connection, "businesses")
+          .pipe(Effect.mapError(toSyncError(JobNames.crawl("businesses"), { connection }))),
+        (cursor) =>
+          Option.isNone(cursor)
+            ? Effect.succeed<JobOutcome>({
+                requests: 0,
+                detail: { skipped: "the poll's first run crawls every business" }
+              })
+            : crawl
+      )
+    } satisfies ScheduledJob
+  })
+
 const referenceJob = (client: CrmClientShape, interval: Duration.Duration) =>
   Effect.gen(function* () {
     const reference = yield* ReferenceSync
@@ -204,14 +240,18 @@ export const BusinessPollerLive = Layer.effectDiscard(
   })
 ).pipe(Layer.provide(SyncServicesLive))
 
-/** The annuity-contract and financial-account crawls of every connection, every `schedules.crawl`. */
+/**
+ * The annuity-contract and financial-account crawls of every connection, every `schedules.crawl`,
+ * and the business crawl, every `schedules.business_crawl`.
+ */
 export const CrawlSchedulerLive = Layer.effectDiscard(
   Effect.gen(function* () {
     const config = yield* AppConfig
     const jobs = yield* Effect.forEach(yield* clients, (client) =>
       Effect.all([
         crawlJob(client, "annuity_contracts", config.schedules.crawl),
-        crawlJob(client, "financial_accounts", config.schedules.crawl)
+        crawlJob(client, "financial_accounts", config.schedules.crawl),
+        businessCrawlJob(client, config.schedules.business_crawl)
       ])
     )
     yield* startAll(jobs.flat())
