@@ -207,14 +207,20 @@ const connect = Command.make(
     connection: Argument.String("connection").pipe(
       Argument.withDescription("The OAuth connection to authorize (default: the first configured)"),
       Argument.optional
+    ),
+    listen: Flag.String("listen").pipe(
+      Flag.withDescription(
+        "Address to listen on for the browser's callback (default: the redirect_uri's host; 0.0.0.0 inside a container with a published port)"
+      ),
+      Flag.optional
     )
   },
-  ({ connection }) =>
+  ({ connection, listen }) =>
     Effect.gen(function* () {
       const config = yield* AppConfig
       const name = Option.getOrElse(connection, () => config.connections[0]?.name ?? "")
       if (name === "") return yield* new NoConnection({ message: "no CRM connection is configured" })
-      const connected = yield* Connect.connect(name)
+      const connected = yield* Connect.connect(name, { listenHost: Option.getOrUndefined(listen) })
       yield* Console.log(
         `connected ${connected.connection}${connected.userId === undefined ? "" : ` as user ${connected.userId}`}` +
           (connected.canWrite === undefined ? "" : connected.canWrite ? ", write access enabled" : ", read-only")

@@ -284,6 +284,52 @@ export const mergeEnv = (file: Json, env: typeof Env extends Config.Config<infer
   return document
 }
 
+/** `{"env": "NAME"}`: a value of the file given by an environment variable (a secret from a Secret). */
+const isEnvRef = (value: unknown): value is { readonly env: string } =>
+  isRecord(value) && Object.keys(value).length === 1 && typeof value.env === "string" && value.env !== ""
+
+/** The variables the document's `{"env": "NAME"}` values name. */
+export const envRefNames = (document: unknown): ReadonlyArray<string> => {
+  if (isEnvRef(document)) return [document.env]
+  if (Array.isArray(document)) return document.flatMap(envRefNames)
+  if (isRecord(document)) return Object.values(document).flatMap(envRefNames)
+  return []
+}
+
+/**
+ * Replaces every `{"env": "NAME"}` in the file's document with the variable's value, so that a
+ * config file (a ConfigMap) can name its secrets without holding them. An unset or empty variable
+ * is an error naming the key that asked for it.
+ */
+export const resolveEnvRefs = (
+  document: unknown,
+  lookup: (name: string) => string | undefined
+): Effect.Effect<unknown, ConfigInvalid> =>
+  Effect.suspend(() => {
+    const walk = (value: unknown, path: ReadonlyArray<PropertyKey>): unknown => {
+      if (isEnvRef(value)) {
+        const found = lookup(value.env)
+        if (found === undefined || found === "") {
+          throw new ConfigInvalid({
+            key: formatPath(path),
+            message: `environment variable ${value.env} is not set`
+          })
+        }
+        return found
+      }
+      if (Array.isArray(value)) return value.map((item, index) => walk(item, [...path, index]))
+      if (isRecord(value)) {
+        return Object.fromEntries(Object.entries(value).map(([key, item]) => [key, walk(item, [...path, key])]))
+      }
+      return value
+    }
+    try {
+      return Effect.succeed(walk(document, []))
+    } catch (error) {
+      return error instanceof ConfigInvalid ? Effect.fail(error) : Effect.die(error)
+    }
+  })
+
 const formatPath = (path: ReadonlyArray<PropertyKey>) =>
   path.reduce<string>(
     (out, segment) =>
@@ -332,7 +378,15 @@ export class AppConfig extends Context.Service<AppConfig, AppConfigShape>()("crm
     const env = yield* Env.pipe(
       Effect.mapError((error) => new ConfigInvalid({ key: "environment", message: error.message }))
     )
-    const file = Option.isSome(env.file) && env.file.value !== "" ? yield* readFile(env.file.value) : {}
+    const raw = Option.isSome(env.file) && env.file.value !== "" ? yield* readFile(env.file.value) : {}
+    const values = new Map<string, string>()
+    for (const name of envRefNames(raw)) {
+      const value = yield* Config.option(Config.String(name)).pipe(
+        Effect.mapError((error) => new ConfigInvalid({ key: "environment", message: error.message }))
+      )
+      if (Option.isSome(value)) values.set(name, value.value)
+    }
+    const file = (yield* resolveEnvRefs(raw, (name) => values.get(name))) as Json
     const document = yield* decodeDocument(mergeEnv(file, env))
     const origin = Option.isSome(env.file) && env.file.value !== "" ? `${env.file.value} + environment` : "environment"
     return AppConfig.of({ ...document, origin })

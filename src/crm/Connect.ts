@@ -29,6 +29,12 @@ export class ConnectFailed extends Schema.TaggedError<ConnectFailed>()("ConnectF
 export interface ConnectOptions {
   /** Receives the address to open in a browser; by default it is printed. */
   readonly onAuthorizeUrl?: (url: string) => Effect.Effect<void>
+  /**
+   * The address to listen on for the callback (default: the redirect_uri's host). In a container
+   * whose port is published (`docker run -p 127.0.0.1:8765:8765`), `0.0.0.0`: the redirect still
+   * names the loopback address the browser's machine forwards.
+   */
+  readonly listenHost?: string | undefined
   /** How long to wait for the browser to come back (default 10 minutes). */
   readonly timeout?: Duration.Input
 }
@@ -112,7 +118,7 @@ export const connect = Effect.fn("Connect.connect")(function* (connectionName: s
       `redirect_uri must be a local http:// address crm-sync can listen on, not ${redirect.protocol}`
     )
   }
-  const host = redirect.hostname.replace(/^\[|\]$/g, "")
+  const host = options?.listenHost ?? redirect.hostname.replace(/^\[|\]$/g, "")
   const port = redirect.port === "" ? 80 : Number(redirect.port)
   const authorization = yield* makeAuthorization
   const address = authorizeUrl(oauth, authorization)

@@ -79,6 +79,34 @@ describe("AppConfig", () => {
     })
   )
 
+  it.effect("a file names its secrets as {env: NAME}; an unset one is an error naming its key", () =>
+    Effect.gen(function* () {
+      const dir = mkdtempSync(join(tmpdir(), "crm-sync-config-"))
+      const file = join(dir, "config.json")
+      writeFileSync(
+        file,
+        JSON.stringify({
+          connections: [
+            { name: "firm", base_url: "https://a.test", credential: "personal", token: { env: "FIRM_TOKEN" } }
+          ],
+          webhooks: { endpoints: [{ name: "default", secrets: [{ env: "HOOK_SECRET" }] }] }
+        })
+      )
+      const config = yield* load({
+        CRM_SYNC_CONFIG: file,
+        FIRM_TOKEN: "pat_from_secret",
+        HOOK_SECRET: "whsec_c2VjcmV0"
+      })
+      assert.strictEqual(Redacted.value(config.connections[0]!.token!), "pat_from_secret")
+      assert.strictEqual(Redacted.value(config.webhooks.endpoints[0]!.secrets[0]!), "whsec_c2VjcmV0")
+      assert.notInclude(JSON.stringify(config), "pat_from_secret")
+
+      const unset = failure(yield* Effect.exit(load({ CRM_SYNC_CONFIG: file, FIRM_TOKEN: "pat_from_secret" })))
+      assert.strictEqual(unset.key, "webhooks.endpoints[0].secrets[0]")
+      assert.include(unset.message, "environment variable HOOK_SECRET is not set")
+    })
+  )
+
   it.effect("a bad value names its key in one line", () =>
     Effect.gen(function* () {
       const exit = yield* Effect.exit(

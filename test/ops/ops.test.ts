@@ -1,9 +1,15 @@
 /**
  * The operations files speak of metrics crm-sync really exports: every `crm_sync_*` name in the
  * alert rules and the dashboard is declared in the sources, the daemon's image and manifests run
- * commands the CLI has, and every way of starting crm-sync gives Node the same V8 flags.
+ * commands the CLI has, and every way of starting crm-sync gives Node the same V8 flags. The shipped
+ * deployment (ops/kubernetes/config.json, the manifests, compose) is a valid config that receives
+ * every event type, with every secret it names provided by the Secret and by compose's environment,
+ * and probes and scrapes on the admin port, never on the internet-facing webhook port.
  */
 import { assert, describe, it } from "@effect/vitest"
+import { Effect, Redacted } from "effect"
+import { decodeDocument, envRefNames, resolveEnvRefs } from "../../src/config/AppConfig.ts"
+import { KnownEventTypes, UntypedEventTypes } from "../../src/crm/Events.ts"
 import { readdirSync, readFileSync, statSync } from "node:fs"
 import { join } from "node:path"
 import { fileURLToPath } from "node:url"
@@ -49,9 +55,54 @@ describe("ops", () => {
     for (const [, command] of manifests.matchAll(/args: \["([a-z]+)"\]/g)) {
       assert.match(main, new RegExp(`Command\\.make\\(\\s*"${command}"`), `crm-sync ${command} exists`)
     }
-    assert.include(manifests, "path: /healthz")
-    assert.include(manifests, "path: /readyz")
+    assert.match(manifests, /httpGet: \{ path: \/healthz, port: admin \}/)
+    assert.match(manifests, /httpGet: \{ path: \/readyz, port: admin \}/)
+    assert.match(manifests, /\{ name: admin, containerPort: 9090 \}/)
+    assert.include(manifests, 'prometheus.io/port: "9090"')
+    assert.include(read("ops/Dockerfile"), "process.env.ADMIN_PORT||9090")
+    // Only the webhook port is published to every interface by compose.
+    assert.include(read("ops/compose.yaml"), '"127.0.0.1:9090:9090"')
   })
+
+  it.effect("the shipped config receives every event type, with every secret from the Secret", () =>
+    Effect.gen(function* () {
+      const file = JSON.parse(read("ops/kubernetes/config.json"))
+      const manifests = read("ops/kubernetes/crm-sync.yaml")
+      const secretKeys = new Set([...manifests.matchAll(/--from-literal=([A-Z_]+)=/g)].map((match) => match[1]!))
+      const compose = read("ops/compose.yaml")
+      const named = envRefNames(file)
+      assert.isAbove(named.length, 4)
+      for (const name of [...named, "DATABASE_URL", "CRM_SYNC_ENCRYPTION_KEY"]) {
+        assert.isTrue(secretKeys.has(name), `the Secret's instructions give ${name}`)
+        assert.match(compose, new RegExp(`\\b${name}:`), `compose sets ${name}`)
+      }
+      assert.include(read("ops/kubernetes/kustomization.yaml"), "config.json")
+      assert.include(manifests, "value: /etc/crm-sync/config.json")
+
+      // Decoded as the daemon decodes it, with stand-ins for the Secret's values.
+      const secret = (name: string) =>
+        name.startsWith("CRM_WEBHOOK_SECRET") ? "whsec_c2VjcmV0LXZhbHVlLWZvci10ZXN0" : "x"
+      const resolved = yield* resolveEnvRefs(file, secret)
+      const config = yield* decodeDocument({ ...(resolved as object), encryption_key: "a".repeat(64) })
+      assert.strictEqual(config.connections[0]!.credential, "oauth", "only an OAuth token can subscribe (spec §5.6)")
+      const endpoints = config.webhooks.endpoints
+      for (const type of UntypedEventTypes) {
+        assert.isTrue(
+          endpoints.some((endpoint) => endpoint.event_type === type),
+          `${type} carries no event_type: it needs an endpoint of its own`
+        )
+      }
+      const allTypes = endpoints.filter((endpoint) => endpoint.event_type === undefined)
+      assert.isAbove(allTypes.length, 0, "an endpoint receives the events that name their type")
+      for (const type of KnownEventTypes) {
+        assert.isTrue(
+          allTypes.length > 0 || endpoints.some((endpoint) => endpoint.event_type === type),
+          `${type} has an endpoint`
+        )
+      }
+      for (const endpoint of endpoints) assert.match(Redacted.value(endpoint.secrets[0]!), /^whsec_/)
+    })
+  )
 
   it("every launcher starts Node with crm-sync's V8 flags", () => {
     const flag = "--max-semi-space-size=32"
