@@ -150,6 +150,8 @@ const Schedules = Schema.Struct({
   crawl: withDefault(Interval, "6 hours"),
   /** Full listings of businesses: the only way their deletions show (no event, no filter). */
   business_crawl: withDefault(Interval, "24 hours"),
+  /** How often each OAuth connection's webhook subscription is checked (it can vanish, spec §3). */
+  subscription_check: withDefault(Interval, "24 hours"),
   reference: withDefault(Interval, "24 hours"),
   reconcile: withDefault(Schema.String, "0 3 * * *"),
   prune: withDefault(Interval, "1 hour")

@@ -138,6 +138,45 @@ export const connectionNeedsReauthorization = Metric.gauge("crm_sync_connection_
 })
 
 // ---------------------------------------------------------------------------------------------
+// Lag (src/observability/LagState.ts, refreshed with the state gauges)
+// ---------------------------------------------------------------------------------------------
+
+/** When each scheduled job of each connection last succeeded, as Unix seconds (0: never). */
+export const jobLastSuccess = Metric.gauge("crm_sync_job_last_success_timestamp_seconds", {
+  description: "Unix time of the end of the job's last successful run, by job and connection (0: never)"
+})
+
+/** The job's schedule, so that an alert can say "overdue" without knowing the config. */
+export const jobInterval = Metric.gauge("crm_sync_job_interval_seconds", {
+  description: "Seconds between runs the job's schedule asks for, by job and connection"
+})
+
+/** Failed runs since the job's last success. */
+export const jobFailures = Metric.gauge("crm_sync_job_failures_since_success", {
+  description: "Failed runs of the job since its last successful one, by job and connection"
+})
+
+/** Each poll cursor (the latest `updated_at` the poll has safely seen), as Unix seconds. */
+export const cursorTimestamp = Metric.gauge("crm_sync_cursor_timestamp_seconds", {
+  description: "Unix time of each poll cursor, by connection and resource"
+})
+
+/** When each configured endpoint last stored a delivery, as Unix seconds (0: none in the inbox). */
+export const webhookLastDelivery = Metric.gauge("crm_sync_webhook_last_delivery_timestamp_seconds", {
+  description: "Unix time of the latest delivery stored for each webhook endpoint (0: none kept)"
+})
+
+/** Records the warehouse refused, kept in crm_sync.undecodable_records. */
+export const undecodableRecords = Metric.gauge("crm_sync_undecodable_records", {
+  description: "Records kept in crm_sync.undecodable_records, by resource"
+})
+
+/** 1 while the connection's webhook subscription is the one crm-sync made; 0 once found gone or uncheckable. */
+export const webhookSubscriptionOk = Metric.gauge("crm_sync_webhook_subscription_ok", {
+  description: "1 when the daily check found the connection's webhook subscription unchanged, else 0"
+})
+
+// ---------------------------------------------------------------------------------------------
 // The hour's plan (src/budget/Plan.ts, refreshed with the state gauges)
 // ---------------------------------------------------------------------------------------------
 

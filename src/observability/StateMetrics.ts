@@ -1,18 +1,22 @@
 /**
  * StateMetrics: once a minute, the daemon reads the same report as `crm-sync status` and exports it
- * as gauges — budget use per bucket, outbox rows by status, rows and last write per table, and
- * connections that need re-authorization — so dashboards and alerts see every process sharing the
+ * as gauges — budget use per bucket, outbox rows by status, rows and last write per table,
+ * connections that need re-authorization, and the lag of every job, cursor and endpoint
+ * (LagState) — so dashboards and alerts see every process sharing the
  * database, not just this one.
  */
 import { Duration, Effect, Layer, Schedule } from "effect"
 import { AppConfig } from "../config/AppConfig.ts"
 import { DatabaseInfo } from "../warehouse/Database.ts"
+import { Resources } from "../warehouse/Warehouse.ts"
 import * as Metrics from "./Metrics.ts"
+import { lagState } from "./LagState.ts"
 import { statusReport } from "./StatusReport.ts"
 
 const INTERVAL = Duration.minutes(1)
 
-const refresh = Effect.gen(function* () {
+/** One refresh of every state gauge (the daemon runs it once a minute). */
+export const refresh = Effect.gen(function* () {
   const config = yield* AppConfig
   const report = yield* statusReport(config, yield* DatabaseInfo)
   const now = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
@@ -44,6 +48,33 @@ const refresh = Effect.gen(function* () {
         resource: crawl.resource
       })
     }
+  }
+  const lag = yield* lagState(config)
+  for (const job of lag.jobs) {
+    const labels = { job: job.job, connection: job.connection }
+    yield* Metrics.set(Metrics.jobLastSuccess, job.last_success === null ? 0 : Math.floor(job.last_success), labels)
+    yield* Metrics.set(Metrics.jobInterval, job.interval_seconds, labels)
+    yield* Metrics.set(Metrics.jobFailures, job.failures, labels)
+  }
+  for (const cursor of lag.cursors) {
+    yield* Metrics.set(Metrics.cursorTimestamp, Math.floor(cursor.at), {
+      connection: cursor.connection,
+      resource: cursor.resource
+    })
+  }
+  for (const endpoint of lag.endpoints) {
+    const at = endpoint.last_delivery === null ? 0 : Math.floor(endpoint.last_delivery)
+    yield* Metrics.set(Metrics.webhookLastDelivery, at, { endpoint: endpoint.endpoint })
+  }
+  // Every table, so that a cleared resource goes back to 0 rather than keeping its last count.
+  for (const resource of Resources) {
+    const records = lag.undecodable.find((row) => row.resource === resource)?.records ?? 0
+    yield* Metrics.set(Metrics.undecodableRecords, records, { resource })
+  }
+  for (const subscription of lag.subscriptions) {
+    yield* Metrics.set(Metrics.webhookSubscriptionOk, subscription.state === "present" ? 1 : 0, {
+      connection: subscription.connection
+    })
   }
   for (const connection of config.connections) {
     const needs = report.connections_needing_reauthorization.includes(connection.name)

@@ -30,6 +30,7 @@ import { Cursors } from "./Cursors.ts"
 import { businessCrawlLease, JobLease, resourceLease } from "./JobLease.ts"
 import { type JobOutcome, JobRuns } from "./JobRuns.ts"
 import { type CrawlResource, PageCrawler } from "./PageCrawler.ts"
+import * as Subscriptions from "../webhooks/Subscriptions.ts"
 import { ReferenceSync } from "./ReferenceSync.ts"
 import { type SyncError, toSyncError } from "./SyncError.ts"
 
@@ -43,6 +44,7 @@ export const JobNames = {
   poll: "poll:businesses",
   crawl: (resource: CrawlResource) => `crawl:${resource}`,
   reference: "reference",
+  subscription: "subscription",
   backfill: (resource: string) => `backfill:${resource}`
 } as const
 
@@ -231,6 +233,28 @@ const referenceJob = (client: CrmClientShape, interval: Duration.Duration) =>
     } satisfies ScheduledJob
   })
 
+/** The webhook subscription check (Subscriptions.check) of an OAuth connection. */
+const subscriptionJob = (client: CrmClientShape, interval: Duration.Duration) =>
+  Effect.gen(function* () {
+    const sql = yield* SqlClient
+    const connection = client.connection.name
+    return {
+      job: JobNames.subscription,
+      connection,
+      interval,
+      lease: `subscription:${connection}`,
+      alsoCounts: [],
+      run: Subscriptions.check(client).pipe(
+        Effect.provideService(SqlClient, sql),
+        Effect.map((checked): JobOutcome => ({
+          requests: checked.state === "skipped" ? 0 : 1,
+          detail: { ...checked }
+        })),
+        Effect.mapError(toSyncError(JobNames.subscription, { connection }))
+      )
+    } satisfies ScheduledJob
+  })
+
 /** The business poll of every connection, every `schedules.businesses`. */
 export const BusinessPollerLive = Layer.effectDiscard(
   Effect.gen(function* () {
@@ -267,5 +291,20 @@ export const ReferenceSchedulerLive = Layer.effectDiscard(
   })
 ).pipe(Layer.provide(SyncServicesLive))
 
-/** All read-sync jobs of the daemon. */
-export const SyncJobsLive = Layer.mergeAll(BusinessPollerLive, CrawlSchedulerLive, ReferenceSchedulerLive)
+/** The webhook subscription check of every OAuth connection, every `schedules.subscription_check`. */
+export const SubscriptionCheckLive = Layer.effectDiscard(
+  Effect.gen(function* () {
+    const config = yield* AppConfig
+    const oauth = (yield* clients).filter((client) => client.connection.credential === "oauth")
+    const jobs = yield* Effect.forEach(oauth, (client) => subscriptionJob(client, config.schedules.subscription_check))
+    yield* startAll(jobs)
+  })
+).pipe(Layer.provide(SyncServicesLive))
+
+/** All read-sync jobs of the daemon, and the subscription check. */
+export const SyncJobsLive = Layer.mergeAll(
+  BusinessPollerLive,
+  CrawlSchedulerLive,
+  ReferenceSchedulerLive,
+  SubscriptionCheckLive
+)
