@@ -30,12 +30,13 @@ export interface LagState {
   readonly subscriptions: ReadonlyArray<{ readonly connection: string; readonly state: string }>
 }
 
+const seconds = (duration: Duration.Duration) => Duration.toSeconds(duration)
+
 /** The scheduled jobs the daemon runs for each connection, with their intervals (seconds). */
 export const scheduledJobs = (
   config: AppConfigShape,
   now: Date
 ): ReadonlyArray<Omit<JobLag, "last_success" | "failures">> => {
-  const seconds = (duration: Duration.Duration) => Duration.toSeconds(duration)
   const reconcileEvery = 86_400 / Math.max(1, runsPerDay(config.schedules.reconcile, now))
   return config.connections.flatMap((connection) => [
     { job: "poll:businesses", connection: connection.name, interval_seconds: seconds(config.schedules.businesses) },

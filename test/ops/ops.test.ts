@@ -32,6 +32,9 @@ const declared = new Set(
 const referenced = (text: string) =>
   new Set([...text.matchAll(/crm_sync_[a-z_]+/g)].map((match) => match[0].replace(/_(bucket|sum|count)$/, "")))
 
+/** A stand-in for a value of the Secret. */
+const secret = (name: string) => (name.startsWith("CRM_WEBHOOK_SECRET") ? "whsec_c2VjcmV0LXZhbHVlLWZvci10ZXN0" : "x")
+
 describe("ops", () => {
   it("alert rules and the dashboard use only metrics crm-sync exports", () => {
     assert.isAbove(declared.size, 10)
@@ -80,8 +83,6 @@ describe("ops", () => {
       assert.include(manifests, "value: /etc/crm-sync/config.json")
 
       // Decoded as the daemon decodes it, with stand-ins for the Secret's values.
-      const secret = (name: string) =>
-        name.startsWith("CRM_WEBHOOK_SECRET") ? "whsec_c2VjcmV0LXZhbHVlLWZvci10ZXN0" : "x"
       const resolved = yield* resolveEnvRefs(file, secret)
       const config = yield* decodeDocument({ ...(resolved as object), encryption_key: "a".repeat(64) })
       assert.strictEqual(config.connections[0]!.credential, "oauth", "only an OAuth token can subscribe (spec §5.6)")

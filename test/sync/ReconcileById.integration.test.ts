@@ -36,6 +36,8 @@ const asEventSnapshot = (meeting: Record<string, unknown>) => {
   return rest
 }
 
+const read = (paths: ReadonlyArray<string>) => Effect.forEach(paths, apiRead)
+
 interface Picked {
   readonly tasks: ReadonlyArray<string>
   readonly meetings: ReadonlyArray<string>
@@ -60,7 +62,6 @@ const seedFromEvents = (count: number) =>
       yield* sandbox.admin.records("notes")
     ).slice(0, count)
     assert.strictEqual(tasks.length + meetings.length + notes.length, 3 * count)
-    const read = (paths: ReadonlyArray<string>) => Effect.forEach(paths, apiRead)
     yield* warehouse.upsert("tasks", yield* read(tasks.map((task) => `/v1/tasks/${task.id}`)), { source: "webhook" })
     const meetingSnapshots = yield* read(meetings.map((meeting) => `/v1/meetings/${meeting.id}`))
     yield* warehouse.upsert("meetings", meetingSnapshots.map(asEventSnapshot), { source: "webhook" })

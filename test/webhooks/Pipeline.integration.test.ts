@@ -43,7 +43,8 @@ const processorLifecycle = (workerId: string, leaseTimeout: Duration.Input = "2 
 /** Waits (bounded: 100 × 50 ms) until `check` holds. */
 const eventually = <E, R>(check: Effect.Effect<boolean, E, R>, what: string) =>
   Effect.gen(function* () {
-    for (let i = 0; i < 100; i++) {
+    // Bounded at 30 s: generous, because the suite's files share two cores and one PostgreSQL.
+    for (let i = 0; i < 600; i++) {
       if (yield* check) return
       yield* Effect.sleep("50 millis")
     }
