@@ -17,10 +17,12 @@
  * Deletion follows the crawler's rules (docs/sync.md): records the API no longer lists are counted
  * (`gone`) only after a resource was read whole in this run, from page 1, with `total_count` the
  * same on every page (a listing that moved under the read can hide records across page boundaries),
- * and only among rows written before the read began; they are marked deleted only when the previous
- * such pass of the resource missed them too (two clean passes in a row — each report keeps the ids
- * it found gone), and nothing is deleted when more than `sync.deletion_threshold` of the live rows
- * would go at once. A partial read never deletes anything.
+ * and only among rows written before the read began; they are marked deleted once a second look
+ * missed them too: a second whole read in the same run when the allowance can pay for it, else the
+ * next clean pass (each report keeps the ids it found gone); nothing is deleted when more than
+ * `sync.deletion_threshold` of the live rows would go at once. A partial read never deletes anything.
+ *
+ * Before the listings, tasks, meetings and notes the warehouse knows are re-read by id (ByIdReconcile.ts).
  *
  * Every run writes one `crm_sync.reconciliation_reports` row, opened `running` and closed
  * `complete`, `partial` or `failed` with a JSON report per resource, however the run ends.
@@ -96,6 +98,8 @@ export interface ResourceReport {
   readonly total_pages: number | null
   /** Read to its last page in this run. */
   readonly complete: boolean
+  /** Pages of the second read that confirmed absences in this run (none: not needed or not affordable). */
+  readonly confirm_pages?: number
   /** Read whole from page 1 in this run with stable totals: absences were counted. */
   readonly clean: boolean
   readonly note: string | null
@@ -304,56 +308,63 @@ export class Reconciler extends Context.Service<
           )
           .pipe(Effect.uninterruptible)
 
+      /** Live rows written before the read began that the read did not see. */
+      const absentIds = (resource: ReconcileResource, seen: ReadonlySet<string>, readStartedAt: Date) =>
+        sql`
+          SELECT id FROM ${tableOf(resource)}
+          WHERE deleted_at IS NULL AND synced_at < ${readStartedAt}`.pipe(
+          Effect.flatMap(Schema.decodeUnknownEffect(IdRows)),
+          Effect.map((rows) => rows.map((row) => row.id).filter((id) => !seen.has(id)))
+        )
+
+      /** The ids the previous clean pass of the resource found gone. */
+      const previouslyGone = (connection: string, runId: number, resource: ReconcileResource) =>
+        sql`
+          SELECT report -> 'resources' -> ${resource}::text -> 'gone_ids' AS ids
+          FROM crm_sync.reconciliation_reports
+          WHERE connection = ${connection} AND id < ${runId}
+            AND report -> 'resources' -> ${resource}::text ->> 'clean' = 'true'
+          ORDER BY id DESC LIMIT 1`.pipe(
+          Effect.flatMap(Schema.decodeUnknownEffect(GoneRows)),
+          Effect.map((rows) => new Set(rows[0]?.ids ?? []))
+        )
+
       /**
-       * Absence after a clean pass: live rows written before the read began that it did not see.
-       * Those the previous clean pass missed too are deleted, within the threshold.
+       * Absence after a clean pass: the gone rows that a second look also missed — the previous
+       * clean pass, or this run's confirming read (`confirmedNow`) — are deleted, within the
+       * threshold, unless something wrote them since the read began.
        */
       const settleAbsences = (
         connection: string,
-        runId: number,
         resource: ReconcileResource,
-        seen: ReadonlySet<string>,
+        gone: ReadonlyArray<string>,
+        confirmed: ReadonlyArray<string>,
         readStartedAt: Date,
-        live: number
+        live: number,
+        notes: Array<string>
       ) =>
         sql.withTransaction(
           Effect.gen(function* () {
-            const rows = yield* sql`
-              SELECT id FROM ${tableOf(resource)}
-              WHERE deleted_at IS NULL AND synced_at < ${readStartedAt}`.pipe(
-              Effect.flatMap(Schema.decodeUnknownEffect(IdRows))
-            )
-            const gone = rows.map((row) => row.id).filter((id) => !seen.has(id))
-            const previous = yield* sql`
-              SELECT report -> 'resources' -> ${resource}::text -> 'gone_ids' AS ids
-              FROM crm_sync.reconciliation_reports
-              WHERE connection = ${connection} AND id < ${runId}
-                AND report -> 'resources' -> ${resource}::text ->> 'clean' = 'true'
-              ORDER BY id DESC LIMIT 1`.pipe(Effect.flatMap(Schema.decodeUnknownEffect(GoneRows)))
-            const missedBefore = new Set(previous[0]?.ids ?? [])
-            const confirmed = gone.filter((id) => missedBefore.has(id))
-            const notes: Array<string> = []
             let deleted = 0
             let refused = 0
             if (confirmed.length > 0 && live > 0 && confirmed.length / live > threshold) {
               refused = confirmed.length
               notes.push(
                 `deletion refused: ${confirmed.length} of ${live} live records (${percent(confirmed.length / live)}) ` +
-                  `missing from two clean passes, more than the threshold of ${percent(threshold)}; nothing deleted`
+                  `missing from two clean reads, more than the threshold of ${percent(threshold)}; nothing deleted`
               )
             } else if (confirmed.length > 0) {
+              // A poll or a crawl that wrote one of them since the read began has seen it: it stays.
+              const untouched = (yield* sql`
+                SELECT id FROM ${tableOf(resource)}
+                WHERE id = ANY(${confirmed}::text[]) AND deleted_at IS NULL AND synced_at < ${readStartedAt}
+                FOR UPDATE`.pipe(Effect.flatMap(Schema.decodeUnknownEffect(IdRows)))).map((row) => row.id)
               const now = yield* DateTime.now
-              deleted = (yield* warehouse.markDeleted(resource, confirmed, now, { source: "reconcile" })).deleted
+              deleted = (yield* warehouse.markDeleted(resource, untouched, now, { source: "reconcile" })).deleted
               // Nor do the crawls count misses for them any more; a crawl that lists one again
               // undeletes it (CrawlRuns.recordBatch).
               yield* sql`DELETE FROM crm_sync.crawl_misses
-                WHERE connection = ${connection} AND resource = ${resource} AND id = ANY(${confirmed}::text[])`
-            }
-            const firstMisses = gone.length - confirmed.length
-            if (firstMisses > 0) {
-              notes.push(
-                `${firstMisses} record(s) not listed for the first time; deleted only if the next clean pass misses them too`
-              )
+                WHERE connection = ${connection} AND resource = ${resource} AND id = ANY(${untouched}::text[])`
             }
             if (gone.length > MAX_TRACKED_GONE) {
               notes.push(`more than ${MAX_TRACKED_GONE} records gone: not tracked for deletion`)
@@ -417,6 +428,35 @@ export class Reconciler extends Context.Service<
             SET status = ${final.status}, finished_at = now(), requests = ${final.requests},
                 report = ${JSON.stringify(final)}::jsonb
             WHERE id = ${runId}`.pipe(Effect.mapError(fail))
+
+        /**
+         * A second whole read of a listing within the run, ids only (nothing is written): clean when
+         * every page gave the same `total_count`. The caller checked the allowance can pay for it.
+         */
+        const confirmRead = (resource: ReconcileResource) =>
+          Effect.gen(function* () {
+            const list = listFor(client, resource)
+            const seen = new Set<string>()
+            let total: number | undefined
+            let clean = true
+            let pages = 0
+            for (let pageNumber = 1; ; pageNumber++) {
+              const page = yield* list(pageNumber).pipe(
+                Effect.provideService(CrmPermitSpent, () => {
+                  requests++
+                })
+              )
+              pages++
+              if (total !== undefined && page.pagination.total_count !== total) clean = false
+              total = page.pagination.total_count
+              for (const raw of page.data) {
+                const id = idOf(raw)
+                if (id !== undefined) seen.add(id)
+              }
+              if (page.data.length === 0 || pageNumber >= page.pagination.total_pages) break
+            }
+            return { seen, clean, pages }
+          })
 
         /** Reads one resource from `firstPage` until its end or the allowance's; true when it ended. */
         const checkResource = (resource: ReconcileResource, firstPage: number, after: ReconcileResource | undefined) =>
@@ -493,7 +533,32 @@ export class Reconciler extends Context.Service<
             } else if (drifted) {
               current = { ...current, note: "the listing changed while it was read: absences not counted" }
             } else {
-              const settled = yield* settleAbsences(connection, runId, resource, seen, started!.at, live)
+              const gone = yield* absentIds(resource, seen, started!.at)
+              const missedBefore = yield* previouslyGone(connection, runId, resource)
+              const unconfirmed = gone.filter((id) => !missedBefore.has(id))
+              const notes: Array<string> = []
+              // Absent once: read the listing again now (a record hidden by drift across a page
+              // boundary shows up), if the allowance can pay for it; else the next run confirms.
+              let seenAgain: ReadonlySet<string> | undefined
+              if (unconfirmed.length > 0 && gone.length <= MAX_TRACKED_GONE) {
+                const pages = current.total_pages ?? current.pages_read
+                const left = Math.max(0, allowance - requests)
+                if (left >= pages) {
+                  const again = yield* confirmRead(resource)
+                  current = { ...current, confirm_pages: again.pages }
+                  if (again.clean) seenAgain = again.seen
+                  else notes.push("the listing changed during the confirming read: the next clean pass confirms")
+                } else {
+                  notes.push(
+                    `${unconfirmed.length} record(s) not listed; confirming in this run needs ${pages} requests and ` +
+                      `${left} are left: deleted only if the next clean pass misses them too`
+                  )
+                }
+              }
+              // Listed by the confirming read: the first read missed them (drift), they are not gone.
+              const stillGone = seenAgain === undefined ? gone : gone.filter((id) => !seenAgain.has(id))
+              const confirmed = stillGone.filter((id) => missedBefore.has(id) || seenAgain !== undefined)
+              const settled = yield* settleAbsences(connection, resource, stillGone, confirmed, started!.at, live, notes)
               current = { ...current, clean: true, ...settled }
             }
             resources[resource] = current

@@ -55,122 +55,132 @@ const sourceOf = (table: string, id: string) =>
   })
 
 layer(harness(), options)("drift repaired", (it) => {
-  it.effect("missing, stale and removed records are found and repaired; deletion needs two clean passes", () =>
-    Effect.gen(function* () {
-      const sql = yield* SqlClient
-      const sandbox = yield* Sandbox
+  it.effect(
+    "missing, stale and removed records are found and repaired in one run; a deletion is confirmed by a second read",
+    () =>
+      Effect.gen(function* () {
+        const sql = yield* SqlClient
+        const sandbox = yield* Sandbox
 
-      // An empty warehouse: everything is missing, and every record is written.
-      const first = yield* runOnce
-      assert.strictEqual(first.status, "complete")
-      for (const resource of ReconcileResources) {
-        const truth = yield* listAll(paths[resource])
-        const checked = first.resources[resource]!
-        assert.strictEqual(checked.api_total, truth.length)
-        assert.strictEqual(checked.missing, truth.length)
-        assert.strictEqual(checked.repaired, truth.length)
-        assert.isTrue(checked.complete && checked.clean)
-        assert.deepStrictEqual(yield* compareTable(resource, truth), [])
-      }
+        // An empty warehouse: everything is missing, and every record is written.
+        const first = yield* runOnce
+        assert.strictEqual(first.status, "complete")
+        for (const resource of ReconcileResources) {
+          const truth = yield* listAll(paths[resource])
+          const checked = first.resources[resource]!
+          assert.strictEqual(checked.api_total, truth.length)
+          assert.strictEqual(checked.missing, truth.length)
+          assert.strictEqual(checked.repaired, truth.length)
+          assert.isTrue(checked.complete && checked.clean)
+          assert.deepStrictEqual(yield* compareTable(resource, truth), [])
+        }
 
-      // A second pass finds nothing to do and writes nothing.
-      const quiet = yield* runOnce
-      for (const resource of ReconcileResources) {
-        const checked = quiet.resources[resource]!
-        assert.deepInclude(checked, { missing: 0, stale: 0, gone: 0, repaired: 0, deleted: 0 })
-        assert.strictEqual(checked.api_total, checked.warehouse_live)
-      }
+        // A second pass finds nothing to do and writes nothing.
+        const quiet = yield* runOnce
+        for (const resource of ReconcileResources) {
+          const checked = quiet.resources[resource]!
+          assert.deepInclude(checked, { missing: 0, stale: 0, gone: 0, repaired: 0, deleted: 0 })
+          assert.strictEqual(checked.api_total, checked.warehouse_live)
+        }
 
-      // Drift behind crm-sync's back: changes, a creation and a removal in the CRM, a row lost here.
-      const [business, lost] = yield* listAll(paths.businesses)
-      const [contract] = yield* listAll(paths.annuity_contracts)
-      const [account, removed] = yield* listAll(paths.financial_accounts)
-      const book = String(business!.book_id)
-      yield* sandbox.admin.actions.updateBusiness(String(business!.id), { name: "Renamed Holdings" })
-      yield* sandbox.admin.actions.updateAnnuityContract(String(contract!.id), { notes: "re-papered" })
-      yield* sandbox.admin.actions.updateFinancialAccount(String(account!.id), { balance_in_cents: 123_456 })
-      const created = yield* sandbox.admin.actions.createBusiness({ book_id: book, name: "New Venture" })
-      yield* sandbox.admin.actions.deleteFinancialAccount(String(removed!.id))
-      yield* sql`DELETE FROM crm.businesses WHERE id = ${String(lost!.id)}`
+        // Drift behind crm-sync's back: changes, a creation and a removal in the CRM, a row lost here.
+        const [business, lost] = yield* listAll(paths.businesses)
+        const [contract] = yield* listAll(paths.annuity_contracts)
+        const [account, removed] = yield* listAll(paths.financial_accounts)
+        const book = String(business!.book_id)
+        yield* sandbox.admin.actions.updateBusiness(String(business!.id), { name: "Renamed Holdings" })
+        yield* sandbox.admin.actions.updateAnnuityContract(String(contract!.id), { notes: "re-papered" })
+        yield* sandbox.admin.actions.updateFinancialAccount(String(account!.id), { balance_in_cents: 123_456 })
+        const created = yield* sandbox.admin.actions.createBusiness({ book_id: book, name: "New Venture" })
+        yield* sandbox.admin.actions.deleteFinancialAccount(String(removed!.id))
+        yield* sql`DELETE FROM crm.businesses WHERE id = ${String(lost!.id)}`
 
-      const repaired = yield* runOnce
-      assert.strictEqual(repaired.status, "complete")
-      const businesses = repaired.resources.businesses!
-      assert.deepInclude(businesses, { missing: 2, stale: 1, repaired: 3, gone: 0 })
-      assert.deepInclude(repaired.resources.annuity_contracts!, { missing: 0, stale: 1, repaired: 1 })
-      const accounts = repaired.resources.financial_accounts!
-      assert.deepInclude(accounts, { missing: 0, stale: 1, repaired: 1, gone: 1, deleted: 0 })
-      assert.strictEqual(accounts.api_total! + 1, accounts.warehouse_live)
-      assert.deepStrictEqual(accounts.gone_ids, [String(removed!.id)])
-      assert.strictEqual((yield* sourceOf("businesses", String(created.id)))!.source, "reconcile")
-      assert.strictEqual((yield* sourceOf("financial_accounts", String(account!.id)))!.source, "reconcile")
-      assert.deepStrictEqual(yield* compareTable("businesses", yield* listAll(paths.businesses)), [])
-      assert.deepStrictEqual(yield* compareTable("annuity_contracts", yield* listAll(paths.annuity_contracts)), [])
-      // One clean pass's absence is not enough: the removed account is still live.
-      assert.isNull((yield* sourceOf("financial_accounts", String(removed!.id)))!.deleted_at)
+        const repaired = yield* runOnce
+        assert.strictEqual(repaired.status, "complete")
+        const businesses = repaired.resources.businesses!
+        assert.deepInclude(businesses, { missing: 2, stale: 1, repaired: 3, gone: 0 })
+        assert.deepInclude(repaired.resources.annuity_contracts!, { missing: 0, stale: 1, repaired: 1 })
+        const accounts = repaired.resources.financial_accounts!
+        // The removed account: absent from the clean pass, confirmed by a second read in the same run.
+        assert.deepInclude(accounts, { missing: 0, stale: 1, repaired: 1, gone: 1, deleted: 1, refused: 0 })
+        assert.strictEqual(accounts.confirm_pages, accounts.total_pages)
+        assert.strictEqual(accounts.api_total! + 1, accounts.warehouse_live)
+        assert.deepStrictEqual(accounts.gone_ids, [String(removed!.id)])
+        assert.strictEqual((yield* sourceOf("businesses", String(created.id)))!.source, "reconcile")
+        assert.strictEqual((yield* sourceOf("financial_accounts", String(account!.id)))!.source, "reconcile")
+        const gone = (yield* sourceOf("financial_accounts", String(removed!.id)))!
+        assert.isNotNull(gone.deleted_at)
+        assert.strictEqual(gone.source, "reconcile")
+        for (const resource of ReconcileResources) {
+          assert.deepStrictEqual(yield* compareTable(resource, yield* listAll(paths[resource])), [])
+        }
 
-      // The next clean pass misses it again: now it is deleted, and the warehouse equals the CRM.
-      const confirmed = yield* runOnce
-      assert.deepInclude(confirmed.resources.financial_accounts!, { gone: 1, deleted: 1, refused: 0 })
-      const gone = (yield* sourceOf("financial_accounts", String(removed!.id)))!
-      assert.isNotNull(gone.deleted_at)
-      assert.strictEqual(gone.source, "reconcile")
-      for (const resource of ReconcileResources) {
-        assert.deepStrictEqual(yield* compareTable(resource, yield* listAll(paths[resource])), [])
-      }
+        // The next pass finds nothing gone: a deleted row is not live.
+        const confirmed = yield* runOnce
+        assert.deepInclude(confirmed.resources.financial_accounts!, { gone: 0, deleted: 0, refused: 0 })
 
-      // Every run wrote its report row, closed, with its requests.
-      const rows = yield* sql<{ status: string; requests: number; open: boolean }>`
+        // Every run wrote its report row, closed, with its requests.
+        const rows = yield* sql<{ status: string; requests: number; open: boolean }>`
         SELECT status, requests, finished_at IS NULL AS open FROM crm_sync.reconciliation_reports ORDER BY id`
-      assert.strictEqual(rows.length, 4)
-      assert.isTrue(rows.every((row) => row.status === "complete" && !row.open && row.requests > 0))
-      const stored = yield* reportRow(confirmed.id)
-      assert.strictEqual(stored.report.resources.financial_accounts!.deleted, 1)
-      assert.strictEqual(stored.requests, confirmed.requests)
-      const [job] = yield* sql<{ n: number }>`
+        assert.strictEqual(rows.length, 4)
+        assert.isTrue(rows.every((row) => row.status === "complete" && !row.open && row.requests > 0))
+        const stored = yield* reportRow(repaired.id)
+        assert.strictEqual(stored.report.resources.financial_accounts!.deleted, 1)
+        assert.strictEqual(stored.requests, repaired.requests)
+        const [job] = yield* sql<{ n: number }>`
         SELECT count(*)::int AS n FROM crm_sync.job_runs WHERE job = 'reconcile' AND status = 'succeeded'`
-      assert.strictEqual(job!.n, 4)
-    })
+        assert.strictEqual(job!.n, 4)
+      })
   )
 })
 
 layer(harness({ config: { sync: { deletion_threshold: 0.6 } } }), options)("a read that is not whole", (it) => {
-  it.effect("a pass whose listing moved under it, or that failed part way, deletes nothing", () =>
-    Effect.gen(function* () {
-      const sandbox = yield* Sandbox
-      yield* runOnce
-      const [victim] = yield* listAll(paths.annuity_contracts)
-      yield* sandbox.admin.actions.deleteAnnuityContract(String(victim!.id))
-      const missed = yield* runOnce
-      assert.strictEqual(missed.resources.annuity_contracts!.gone, 1)
+  it.effect(
+    "a pass whose listing moved under it, or that failed part way, deletes nothing; the next whole one does",
+    () =>
+      Effect.gen(function* () {
+        const sandbox = yield* Sandbox
+        yield* runOnce
+        const [victim] = yield* listAll(paths.annuity_contracts)
+        yield* sandbox.admin.actions.deleteAnnuityContract(String(victim!.id))
 
-      // The listing shrinks between page reads: absences are not counted, nothing is deleted.
-      yield* sandbox.admin.addFault({
-        kind: "page_drift",
-        path: paths.annuity_contracts,
-        action: "delete",
-        skip: 1,
-        times: 1
-      })
-      const drifted = yield* runOnce
-      yield* sandbox.admin.clearFaults
-      assert.isTrue(drifted.resources.annuity_contracts!.complete)
-      assert.isFalse(drifted.resources.annuity_contracts!.clean)
-      assert.deepInclude(drifted.resources.annuity_contracts!, { gone: 0, deleted: 0 })
+        // The listing shrinks between page reads: absences are not counted, nothing is deleted.
+        yield* sandbox.admin.addFault({
+          kind: "page_drift",
+          path: paths.annuity_contracts,
+          action: "delete",
+          skip: 1,
+          times: 1
+        })
+        const drifted = yield* runOnce
+        yield* sandbox.admin.clearFaults
+        assert.isTrue(drifted.resources.annuity_contracts!.complete)
+        assert.isFalse(drifted.resources.annuity_contracts!.clean)
+        assert.deepInclude(drifted.resources.annuity_contracts!, { gone: 0, deleted: 0 })
 
-      // A pass that fails part way (the CRM answers 500 past the client's retries) deletes nothing.
-      yield* sandbox.admin.addFault({ kind: "status", status: 500, path: paths.annuity_contracts, skip: 1, times: 5 })
-      const failed = yield* Effect.flip(runOnce)
-      yield* sandbox.admin.clearFaults
-      assert.include(failed.message, "reconcile default")
-      assert.isNull((yield* sourceOf("annuity_contracts", String(victim!.id)))!.deleted_at)
-      const sql = yield* SqlClient
-      const [row] = yield* sql<{ status: string; report: ReconcileReport }>`
+        // A pass that fails part way (the CRM answers 500 past the client's retries) deletes nothing.
+        yield* sandbox.admin.addFault({ kind: "status", status: 500, path: paths.annuity_contracts, skip: 1, times: 5 })
+        const failed = yield* Effect.flip(runOnce)
+        yield* sandbox.admin.clearFaults
+        assert.include(failed.message, "reconcile default")
+        assert.isNull((yield* sourceOf("annuity_contracts", String(victim!.id)))!.deleted_at)
+        const sql = yield* SqlClient
+        const [row] = yield* sql<{ status: string; report: ReconcileReport }>`
         SELECT status, report FROM crm_sync.reconciliation_reports ORDER BY id DESC LIMIT 1`
-      assert.strictEqual(row!.status, "failed")
-      assert.strictEqual(row!.report.error!.kind, "Crm")
-      assert.isFalse(row!.report.resources.annuity_contracts!.complete)
-    })
+        assert.strictEqual(row!.status, "failed")
+        assert.strictEqual(row!.report.error!.kind, "Crm")
+        assert.isFalse(row!.report.resources.annuity_contracts!.complete)
+
+        // The failed run's pass goes on where it stopped (a resumed read counts no absences); the
+        // next pass is whole and stable: the victim and the record the drift removed are confirmed
+        // by a second read and deleted.
+        const resumed = yield* runOnce
+        assert.isFalse(resumed.resources.annuity_contracts!.clean)
+        const clean = yield* runOnce
+        assert.deepInclude(clean.resources.annuity_contracts!, { clean: true, gone: 2, deleted: 2 })
+        assert.isNotNull((yield* sourceOf("annuity_contracts", String(victim!.id)))!.deleted_at)
+        assert.deepStrictEqual(yield* compareTable("annuity_contracts", yield* listAll(paths.annuity_contracts)), [])
+      })
   )
 })
 
@@ -284,6 +294,45 @@ layer(harness({ config: { schedules: { reconcile: "* * * * * *" } } }), options)
         FROM crm_sync.reconciliation_reports`
       assert.isAtLeast(reports!.n, 2)
       assert.strictEqual(reports!.running, 0)
+    })
+  )
+})
+
+layer(
+  harness({
+    sandbox: { seed: 11, records: 150 },
+    limits: { token: 12, company: 1_000_000, ip: 1_000_000, window: "3 seconds" }
+  }),
+  options
+)("a confirmation the allowance cannot pay for", (it) => {
+  it.effect("is deferred to the next clean pass, and the report says so", () =>
+    Effect.gen(function* () {
+      const sandbox = yield* Sandbox
+      const pages = {
+        businesses: Math.ceil((yield* listAll(paths.businesses)).length / 100),
+        annuity_contracts: Math.ceil((yield* listAll(paths.annuity_contracts)).length / 100),
+        financial_accounts: Math.ceil((yield* listAll(paths.financial_accounts)).length / 100)
+      }
+      const first = yield* runOnce
+      assert.strictEqual(first.status, "complete")
+      // 25% of 12: a run may send 3 requests, what one pass takes: none are left to confirm with.
+      assert.strictEqual(first.allowance, 3)
+      assert.isBelow(first.allowance - first.requests, pages.financial_accounts)
+
+      const [removed] = yield* listAll(paths.financial_accounts)
+      yield* sandbox.admin.actions.deleteFinancialAccount(String(removed!.id))
+      yield* Effect.sleep("3500 millis")
+      const deferred = yield* runOnce
+      const accounts = deferred.resources.financial_accounts!
+      assert.deepInclude(accounts, { clean: true, gone: 1, deleted: 0 })
+      assert.isUndefined(accounts.confirm_pages)
+      assert.include(accounts.note, "confirming in this run needs")
+      assert.isNull((yield* sourceOf("financial_accounts", String(removed!.id)))!.deleted_at)
+
+      yield* Effect.sleep("3500 millis")
+      const confirmed = yield* runOnce
+      assert.deepInclude(confirmed.resources.financial_accounts!, { clean: true, gone: 1, deleted: 1 })
+      assert.isNotNull((yield* sourceOf("financial_accounts", String(removed!.id)))!.deleted_at)
     })
   )
 })
