@@ -1,0 +1,240 @@
+/**
+ * The verdict of a chaos run, once everything has settled: the warehouse against the sandbox's own
+ * truth, field by field (`deleted_at` included); every delivery the sandbox saw answered 2xx in the
+ * inbox once and applied; every outbox row settled, every valid one created exactly once; no
+ * request over a bucket's limit (a 429 no fault caused); no secret in any log. Returns the
+ * mismatches (empty: the run passed) and the figures.
+ */
+import { PgClient } from "@effect/sql-pg"
+import { Effect, Layer, Redacted } from "effect"
+import { Reactivity } from "effect/reactivity"
+import type { Sandbox } from "../../src/sandbox/Sandbox.ts"
+import { compareTable } from "../sync/compare.ts"
+import type { Database } from "./cluster.ts"
+
+type Json = Record<string, unknown>
+
+export interface VerdictInput {
+  readonly sandbox: Sandbox["Service"]
+  readonly database: Database
+  readonly token: string
+  readonly books: ReadonlyArray<string>
+  readonly outboxRows: ReadonlyArray<{ id: number; valid: boolean; marker: string; operation: string }>
+  readonly logs: ReadonlyArray<string>
+  readonly secrets: Readonly<Record<string, string>>
+}
+
+const listings = {
+  businesses: "/v1/businesses",
+  annuity_contracts: "/v1/annuity_contracts",
+  financial_accounts: "/v1/financial_accounts"
+} as const
+
+const listAll = async (base: string, token: string, path: string) => {
+  const records: Array<Json> = []
+  for (let page = 1; ; page++) {
+    const response = await fetch(`${base}${path}?page=${page}&per_page=100`, {
+      headers: { authorization: `Bearer ${token}` }
+    })
+    if (!response.ok) throw new Error(`${path} page ${page}: ${response.status}`)
+    const body = (await response.json()) as { data: Array<Json>; pagination: { total_pages: number } }
+    records.push(...body.data)
+    if (body.data.length === 0 || page >= body.pagination.total_pages) return records
+  }
+}
+
+const sameTime = (a: unknown, b: unknown) =>
+  (a === null || a === undefined) && (b === null || b === undefined)
+    ? true
+    : new Date(a as string).getTime() === new Date(b as string).getTime()
+
+/** What the warehouse must say of each webhook resource, per record the sandbox sent an event about. */
+const eventResources = {
+  tasks: { prefix: "task.", fields: ["status", "title", "completed_at"] },
+  meetings: { prefix: "meeting.", fields: ["title", "notepad"] },
+  notes: { prefix: "note.", fields: ["content"] }
+} as const
+
+export const judge = async (input: VerdictInput) => {
+  const { sandbox, database } = input
+  const admin = sandbox.admin
+  const run = <A, E>(effect: Effect.Effect<A, E>) => Effect.runPromise(effect)
+  const mismatches: Array<string> = []
+  const figures: Record<string, number> = {}
+  const Sql = PgClient.layer({ url: Redacted.make(database.url), maxConnections: 2 }).pipe(
+    Layer.provide(Reactivity.layer)
+  )
+  const query = <A extends object = Json>(statement: string, params: ReadonlyArray<unknown> = []) =>
+    Effect.runPromise(
+      Effect.flatMap(PgClient.PgClient, (sql) => sql.unsafe<A>(statement, params as Array<unknown>)).pipe(
+        Effect.provide(Sql)
+      )
+    )
+
+  // 1. Listings: field by field, deletions included (compareTable counts live rows too).
+  let compared = 0
+  for (const [table, path] of Object.entries(listings)) {
+    const truth = await listAll(sandbox.baseUrl, input.token, path)
+    compared += truth.length
+    const problems = await Effect.runPromise(compareTable(table, truth).pipe(Effect.provide(Sql)))
+    mismatches.push(...problems)
+  }
+
+  // 2. Webhook resources: every record an event was sent about, as the sandbox holds it now.
+  const messages = await run(admin.messages())
+  for (const [table, spec] of Object.entries(eventResources)) {
+    const ids = new Set(messages.filter((m) => m.event_type.startsWith(spec.prefix)).map((m) => m.record_id))
+    const truth = new Map(
+      ((await run(admin.records(table as "tasks", { limit: 1_000_000 }))) as ReadonlyArray<Json>).map((row) => [
+        String(row.id),
+        row
+      ])
+    )
+    const rows = await query<Json>(`SELECT id, updated_at, deleted_at, ${spec.fields.join(", ")} FROM crm."${table}"`)
+    const stored = new Map(rows.map((row) => [String(row.id), row]))
+    for (const id of ids) {
+      compared++
+      const expected = truth.get(id)
+      const row = stored.get(id)
+      if (expected === undefined) {
+        if (row !== undefined && row.deleted_at === null)
+          mismatches.push(`${table} ${id}: deleted in the CRM, live here`)
+        continue
+      }
+      if (row === undefined) {
+        mismatches.push(`${table} ${id}: missing`)
+        continue
+      }
+      if (row.deleted_at !== null) mismatches.push(`${table} ${id}: exists in the CRM, marked deleted here`)
+      if (!sameTime(row.updated_at, expected.updated_at)) {
+        mismatches.push(
+          `${table} ${id}.updated_at: stored ${String(row.updated_at)}, expected ${String(expected.updated_at)}`
+        )
+      }
+      for (const field of spec.fields) {
+        const value = expected[field] ?? null
+        const same = field.endsWith("_at") ? sameTime(row[field], value) : row[field] === value
+        if (!same)
+          mismatches.push(
+            `${table} ${id}.${field}: stored ${JSON.stringify(row[field])}, expected ${JSON.stringify(value)}`
+          )
+      }
+    }
+    for (const row of rows) {
+      if (row.deleted_at === null && !truth.has(String(row.id)))
+        mismatches.push(`${table} ${String(row.id)}: live here, gone from the CRM`)
+    }
+  }
+  // Clients and prospects: no read endpoint; what their events said must be what the CRM holds.
+  for (const [table, prefix, fields] of [
+    ["clients", "client.", ["name", "tier"]],
+    ["prospects", "prospect.", ["first_name", "last_name"]]
+  ] as const) {
+    const ids = new Set(messages.filter((m) => m.event_type.startsWith(prefix)).map((m) => m.record_id))
+    const truth = new Map(
+      ((await run(admin.records(table, { limit: 1_000_000 }))) as ReadonlyArray<Json>).map((row) => [
+        String(row.id),
+        row
+      ])
+    )
+    const rows = new Map(
+      (await query<Json>(`SELECT id, ${fields.join(", ")} FROM crm."${table}"`)).map((row) => [String(row.id), row])
+    )
+    for (const id of ids) {
+      compared++
+      const expected = truth.get(id)
+      const row = rows.get(id)
+      if (expected === undefined) continue
+      if (row === undefined) {
+        mismatches.push(`${table} ${id}: missing`)
+        continue
+      }
+      for (const field of fields) {
+        if ((row[field] ?? null) !== (expected[field] ?? null)) {
+          mismatches.push(
+            `${table} ${id}.${field}: stored ${JSON.stringify(row[field])}, expected ${JSON.stringify(expected[field])}`
+          )
+        }
+      }
+    }
+  }
+  figures.records_compared = compared
+
+  // 3. Deliveries: each message answered 2xx is in the inbox once, and applied.
+  const deliveries = await run(admin.deliveries())
+  const acknowledged = new Set(
+    deliveries.filter((d) => d.status !== null && d.status >= 200 && d.status < 300).map((d) => d.message_id)
+  )
+  const inbox = new Map(
+    (
+      await query<{ hook_id: string; status: string; last_error: string | null }>(
+        "SELECT hook_id, status, last_error FROM crm_sync.webhook_inbox"
+      )
+    ).map((row) => [row.hook_id, row])
+  )
+  for (const id of acknowledged) {
+    const row = inbox.get(id)
+    if (row === undefined) mismatches.push(`delivery ${id}: answered 2xx, not in the inbox`)
+    else if (row.status !== "processed") mismatches.push(`delivery ${id}: ${row.status} (${row.last_error ?? ""})`)
+  }
+  figures.delivery_attempts = deliveries.length
+  figures.deliveries_acknowledged = acknowledged.size
+  figures.deliveries_failed_attempts = deliveries.filter((d) => d.status === null || d.status >= 300).length
+  figures.inbox_dead = [...inbox.values()].filter((row) => row.status === "dead").length
+
+  // 4. The outbox: none lost, every valid row created exactly once, every refused row says why.
+  const outbox = new Map(
+    (
+      await query<{ id: string; status: string; error: string | null }>("SELECT id, status, error FROM crm_sync.outbox")
+    ).map((row) => [Number(row.id), row])
+  )
+  const created = new Map<string, number>()
+  for (const kind of ["contacts", "prospects"] as const) {
+    for (const row of (await run(admin.records(kind, { limit: 1_000_000 }))) as ReadonlyArray<Json>) {
+      const name = String(row.last_name ?? "")
+      if (name.startsWith("Chaos-")) created.set(`${kind}/${name}`, (created.get(`${kind}/${name}`) ?? 0) + 1)
+    }
+  }
+  let succeeded = 0
+  let refused = 0
+  for (const row of input.outboxRows) {
+    const stored = outbox.get(row.id)
+    if (stored === undefined) {
+      mismatches.push(`outbox ${row.id}: lost`)
+      continue
+    }
+    const kind = row.operation === "contact.create" ? "contacts" : "prospects"
+    const copies = created.get(`${kind}/${row.marker}`) ?? 0
+    if (row.valid) {
+      if (stored.status !== "succeeded") mismatches.push(`outbox ${row.id}: ${stored.status} (${stored.error ?? ""})`)
+      else succeeded++
+      if (copies !== 1) mismatches.push(`outbox ${row.id}: ${copies} ${kind} created in the CRM, expected 1`)
+    } else {
+      if (stored.status !== "needs_review" && stored.status !== "failed") {
+        mismatches.push(`outbox ${row.id}: a payload the CRM refuses ended ${stored.status}`)
+      } else if (stored.error === null) mismatches.push(`outbox ${row.id}: ${stored.status} without a reason`)
+      else refused++
+    }
+  }
+  figures.outbox_succeeded = succeeded
+  figures.outbox_refused_with_reason = refused
+
+  // 5. The rate limits: a 429 no fault caused is a request over a bucket's limit.
+  const requests = await run(admin.requests())
+  const over = requests.filter((entry) => entry.status === 429 && entry.faults.length === 0)
+  for (const entry of over.slice(0, 5))
+    mismatches.push(`request over the limit: ${entry.method} ${entry.path} at ${entry.at}`)
+  figures.requests = requests.length
+  figures.requests_over_limit = over.length
+  figures.faults_fired = requests.filter((entry) => entry.faults.length > 0).length
+
+  // 6. No secret in any log line.
+  for (const [what, value] of Object.entries(input.secrets)) {
+    if (value === "") continue
+    const found = input.logs.filter((text) => text.includes(value)).length
+    if (found > 0) mismatches.push(`${what} appears in ${found} log file(s)`)
+  }
+  figures.log_bytes_scanned = input.logs.reduce((sum, text) => sum + text.length, 0)
+  figures.mismatches = mismatches.length
+  return { mismatches, figures }
+}
