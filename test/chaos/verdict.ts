@@ -55,10 +55,11 @@ const eventResources = {
   notes: { prefix: "note.", fields: ["content"] }
 } as const
 
+const run = <A, E>(effect: Effect.Effect<A, E>) => Effect.runPromise(effect)
+
 export const judge = async (input: VerdictInput) => {
   const { sandbox, database } = input
   const admin = sandbox.admin
-  const run = <A, E>(effect: Effect.Effect<A, E>) => Effect.runPromise(effect)
   const mismatches: Array<string> = []
   const figures: Record<string, number> = {}
   const Sql = PgClient.layer({ url: Redacted.make(database.url), maxConnections: 2 }).pipe(

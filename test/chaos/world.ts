@@ -36,6 +36,8 @@ interface Row {
   readonly status?: string
 }
 
+const stamp = () => new Date().toISOString().slice(11, 23)
+
 /** The activity: one change per call, counted by kind; a change refused by the sandbox is counted too. */
 export const makeActivity = (sandbox: SandboxService, rng: Rng, books: ReadonlyArray<string>) => {
   const { actions } = sandbox.admin
@@ -46,7 +48,6 @@ export const makeActivity = (sandbox: SandboxService, rng: Rng, books: ReadonlyA
       sandbox.admin.records(kind, { bookId, limit: 40 }),
       (rows) => rows as ReadonlyArray<Row & Record<string, unknown>>
     )
-  const stamp = () => new Date().toISOString().slice(11, 23)
 
   const changes: ReadonlyArray<readonly [string, (book: string) => Change]> = [
     ["task.create", (book) => actions.createTask({ book_id: book, title: `Chaos task ${stamp()}` })],
