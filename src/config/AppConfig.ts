@@ -177,7 +177,12 @@ const Sync = Schema.Struct({
 const Outbound = Schema.Struct({
   max_attempts: withDefault(PositiveInt.check(Schema.isLessThanOrEqualTo(100)), 8),
   /** How long a writer's claim on a row lasts without renewal (it renews every third of it while working). */
-  lease_timeout: withDefault(AtLeastASecond, "2 minutes")
+  lease_timeout: withDefault(AtLeastASecond, "2 minutes"),
+  /**
+   * Retry a create the CRM answered with a 5xx. Off by default: a 5xx is not cached (spec §4
+   * rule 6), so when the CRM had committed before failing, the retry creates the record twice.
+   */
+  retry_server_errors: withDefault(Schema.Boolean, false)
 })
 
 export const ConfigDocument = Schema.Struct({

@@ -96,6 +96,12 @@ export interface WriteOptions extends CallOptions {
    * with `KeyExpired`.
    */
   readonly sendBy?: number
+  /**
+   * Whether a 5xx answer is retried within the call (default true). A create that must never run
+   * twice says false: 5xx answers are not cached (spec §4 rule 6), so a retry after one runs the
+   * request again even when the first had committed.
+   */
+  readonly retryServerErrors?: boolean
 }
 
 /**
@@ -302,6 +308,8 @@ interface Call {
   readonly idempotencyKey?: string
   /** See `WriteOptions.sendBy`. */
   readonly sendBy?: number
+  /** See `WriteOptions.retryServerErrors`. */
+  readonly retryServerErrors?: boolean
   /** 204-style endpoints: no body expected. */
   readonly empty?: boolean
 }
@@ -579,6 +587,7 @@ const makeClient = Effect.fnUntraced(function* (connection: Connection) {
         continue
       }
       if (!reason.retryable || transient >= TRANSIENT_RETRIES) return yield* error(call, attempts, reason)
+      if (reason._tag === "Server" && call.retryServerErrors === false) return yield* error(call, attempts, reason)
       transient++
       const delay = yield* backoff(transient)
       yield* Effect.logDebug("crm: retrying").pipe(
@@ -731,7 +740,8 @@ const makeClient = Effect.fnUntraced(function* (connection: Connection) {
           body: encoded,
           priority,
           ...(options?.idempotencyKey === undefined ? {} : { idempotencyKey: options.idempotencyKey }),
-          ...(options?.sendBy === undefined ? {} : { sendBy: options.sendBy })
+          ...(options?.sendBy === undefined ? {} : { sendBy: options.sendBy }),
+          ...(options?.retryServerErrors === undefined ? {} : { retryServerErrors: options.retryServerErrors })
         },
         recordSchema
       )

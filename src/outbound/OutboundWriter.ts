@@ -62,14 +62,14 @@ const operations = {
   "contact.create": {
     body: Models.ContactCreate,
     resource: "contacts",
-    send: (client: CrmClientShape, body: Models.ContactCreate, key: string, sendBy: number) =>
-      client.createContact(body, { idempotencyKey: key, priority: "interactive", sendBy })
+    send: (client: CrmClientShape, body: Models.ContactCreate, key: string, sendBy: number, retry5xx: boolean) =>
+      client.createContact(body, { idempotencyKey: key, priority: "interactive", sendBy, retryServerErrors: retry5xx })
   },
   "prospect.create": {
     body: Models.ProspectCreate,
     resource: "prospects",
-    send: (client: CrmClientShape, body: Models.ProspectCreate, key: string, sendBy: number) =>
-      client.createProspect(body, { idempotencyKey: key, priority: "interactive", sendBy })
+    send: (client: CrmClientShape, body: Models.ProspectCreate, key: string, sendBy: number, retry5xx: boolean) =>
+      client.createProspect(body, { idempotencyKey: key, priority: "interactive", sendBy, retryServerErrors: retry5xx })
   }
 } as const
 
@@ -111,6 +111,10 @@ const recordIdOf = (raw: unknown): string | null =>
 
 const KEY_EXPIRED =
   "first sent over an hour ago and its outcome is unknown: the CRM no longer remembers the idempotency key, so sending again could create a duplicate; check the CRM, then `crm-sync outbox retry ID --new-key` if the record is not there"
+const SERVER_ERROR =
+  "the CRM may have created the record before failing, and a retry would run again (spec §4 rule 6: a 5xx " +
+  "answer is not cached); check the CRM for it, then `crm-sync outbox retry` (same key) if it is not there. " +
+  "outbound.retry_server_errors retries such rows automatically, at the risk of a second record"
 const KEY_REUSED =
   "its idempotency key was used before with another body, and that earlier request may have created the record; check the CRM before retrying"
 
@@ -124,6 +128,7 @@ const make = Effect.gen(function* () {
   const warehouse = yield* Warehouse
   const worker = `outbound-${randomUUID().slice(0, 8)}`
   const maxAttempts = config.outbound.max_attempts
+  const retryServerErrors = config.outbound.retry_server_errors
 
   const clients = new Map<string, CrmClientShape>()
   const clientFor = Effect.fnUntraced(function* (connection: string | null) {
@@ -139,6 +144,11 @@ const make = Effect.gen(function* () {
   const onError = Effect.fnUntraced(function* (row: Outbox.OutboxRow, error: CrmError) {
     const reason = error.reason
     if (reason._tag === "KeyExpired") return yield* Outbox.settle(row, "needs_review", KEY_EXPIRED)
+    if (reason._tag === "Server" && !retryServerErrors) {
+      return yield* Outbox.settle(row, "needs_review", `${error.message}: ${SERVER_ERROR}`, {
+        response: { status: reason.status, error: reason.code }
+      })
+    }
     if (error.retryable) {
       if (row.attempts >= maxAttempts) {
         return yield* Outbox.settle(row, "failed", `gave up after ${row.attempts} attempts: ${error.message}`)
@@ -181,9 +191,10 @@ const make = Effect.gen(function* () {
         c: CrmClientShape,
         b: unknown,
         k: string,
-        sendBy: number
+        sendBy: number,
+        retry5xx: boolean
       ) => Effect.Effect<{ raw: unknown }, CrmError>
-    )(client.value, body, row.idempotency_key, firstAttempt + KEY_LIFETIME_MS).pipe(Effect.result)
+    )(client.value, body, row.idempotency_key, firstAttempt + KEY_LIFETIME_MS, retryServerErrors).pipe(Effect.result)
     if (Result.isFailure(sent)) return yield* onError(row, sent.failure)
     const raw = sent.success.raw
     // The warehouse copy is a courtesy (the next poll or event brings it too): its failure must

@@ -316,7 +316,7 @@ export const makeHttpApp = Effect.gen(function* () {
         if (storm !== undefined) {
           const limit = storm.limit ?? "token"
           const retryAfter = storm.retry_after ?? 30
-          trace.faults.push("rate_limit")
+          trace.faults.push(`rate_limit:${limit}:${retryAfter}`)
           trace.rateLimited = limit
           return fromError(rateLimited(limit, retryAfter, `${limit} rate limit exceeded; retry after ${retryAfter} s`))
         }

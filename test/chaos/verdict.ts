@@ -55,6 +55,9 @@ const eventResources = {
   notes: { prefix: "note.", fields: ["content"] }
 } as const
 
+/** How long a 429 takes to reach the other replicas (through PostgreSQL); see the 429 check. */
+const RACE_MS = 250
+
 const run = <A, E>(effect: Effect.Effect<A, E>) => Effect.runPromise(effect)
 
 export const judge = async (input: VerdictInput) => {
@@ -198,6 +201,7 @@ export const judge = async (input: VerdictInput) => {
   }
   let succeeded = 0
   let refused = 0
+  let heldAfter5xx = 0
   for (const row of input.outboxRows) {
     const stored = outbox.get(row.id)
     if (stored === undefined) {
@@ -207,6 +211,13 @@ export const judge = async (input: VerdictInput) => {
     const kind = row.operation === "contact.create" ? "contacts" : "prospects"
     const copies = created.get(`${kind}/${row.marker}`) ?? 0
     if (row.valid) {
+      // A 5xx on a create leaves its outcome unknown (spec §4 rule 6): held for a person, never resent.
+      const held = stored.status === "needs_review" && (stored.error ?? "").includes("a retry would run again")
+      if (held) {
+        heldAfter5xx++
+        if (copies > 1) mismatches.push(`outbox ${row.id}: ${copies} ${kind} created in the CRM, expected at most 1`)
+        continue
+      }
       if (stored.status !== "succeeded") mismatches.push(`outbox ${row.id}: ${stored.status} (${stored.error ?? ""})`)
       else succeeded++
       if (copies !== 1) mismatches.push(`outbox ${row.id}: ${copies} ${kind} created in the CRM, expected 1`)
@@ -219,12 +230,38 @@ export const judge = async (input: VerdictInput) => {
   }
   figures.outbox_succeeded = succeeded
   figures.outbox_refused_with_reason = refused
+  figures.outbox_held_after_5xx = heldAfter5xx
 
   // 5. The rate limits: a 429 no fault caused is a request over a bucket's limit.
   const requests = await run(admin.requests())
   const over = requests.filter((entry) => entry.status === 429 && entry.faults.length === 0)
   for (const entry of over.slice(0, 5))
     mismatches.push(`request over the limit: ${entry.method} ${entry.path} at ${entry.at}`)
+  // No request while a 429 block is in force: a 429's Retry-After blocks its bucket for every
+  // process (the blocks are shared through PostgreSQL). A request that left another replica within
+  // RACE_MS of the 429 was on its way before that replica could know; it is counted, not failed.
+  const blocks = requests.flatMap((entry) =>
+    entry.faults
+      .filter((fault) => fault.startsWith("rate_limit:"))
+      .map((fault) => ({ from: Date.parse(entry.at), to: Date.parse(entry.at) + Number(fault.split(":")[2]) * 1000 }))
+  )
+  let racing = 0
+  let blocked = 0
+  for (const entry of requests) {
+    const at = Date.parse(entry.at)
+    const block = blocks.find((candidate) => at > candidate.from && at < candidate.to)
+    if (block === undefined || !entry.path.startsWith("/v1/")) continue
+    if (at - block.from <= RACE_MS) racing++
+    else {
+      blocked++
+      if (blocked <= 5)
+        mismatches.push(
+          `request during a 429 block: ${entry.method} ${entry.path} at ${entry.at}, ${at - block.from} ms into it`
+        )
+    }
+  }
+  figures.requests_during_429_block = blocked
+  figures.requests_racing_a_429 = racing
   figures.requests = requests.length
   figures.requests_over_limit = over.length
   figures.faults_fired = requests.filter((entry) => entry.faults.length > 0).length

@@ -142,6 +142,23 @@ layer(Stack, { timeout: 60_000, excludeTestServices: true })("OutboundWriter", (
     })
   )
 
+  it.effect("a 5xx after the CRM committed: not sent again (a 5xx is not cached), needs_review, one record", () =>
+    Effect.gen(function* () {
+      const sandbox = yield* Sandbox
+      const book = yield* bookId
+      const before = (yield* sandbox.admin.records("prospects")).length
+      const since = yield* sandbox.admin.lastRequestSeq
+      yield* sandbox.admin.addFault({ kind: "status", status: 503, when: "after", path: "/v1/prospects", times: 1 })
+      const id = yield* insert("prospect.create", { book_id: book, first_name: "Ada", last_name: "Lovelace" })
+      const row = yield* drainUntilSettled(id)
+      yield* sandbox.admin.clearFaults
+      assert.strictEqual(row.status, "needs_review")
+      assert.include(row.error, "a retry would run again")
+      assert.lengthOf(yield* prospectsPosted(since), 1, "sent once")
+      assert.strictEqual((yield* sandbox.admin.records("prospects")).length, before + 1, "one record, not two")
+    })
+  )
+
   it.effect("a payload that cannot be right is needs_review with the reason, and costs no request", () =>
     Effect.gen(function* () {
       const sandbox = yield* Sandbox
