@@ -122,6 +122,12 @@ const failed = (operation: string) => (cause: SqlError | Schema.SchemaError) =>
 
 const percent = (share: number) => `${Math.round(share * 1000) / 10}%`
 
+/**
+ * How many fewer records than its `total_count` a whole read may show and still count absences:
+ * 1% (at least one), for records that page drift hid from this one read.
+ */
+export const shortReadSlack = (total: number) => Math.max(1, Math.floor(total * 0.01))
+
 export class CrawlRuns extends Context.Service<
   CrawlRuns,
   {
@@ -253,6 +259,25 @@ export class CrawlRuns extends Context.Service<
           yield* sql`
             UPDATE crm_sync.crawl_runs SET status = 'complete', finished_at = now(), progressed_at = now(),
               absent = 0, deleted = 0, note = ${note}
+            WHERE id = ${run.id}`.pipe(mapError)
+          return { absent: 0, deleted: 0, refused: 0, note } satisfies FinishResult
+        }
+
+        // A listing whose pages held fewer records than its own total_count says (an empty page
+        // where the envelope promised more, a page cut short) contradicts itself: what it did not
+        // show proves nothing. One percent of slack for records drift hid from this one crawl.
+        const [told] = yield* sql<{ seen: number; total: number | null }>`
+          SELECT (SELECT count(*)::int FROM (
+                    SELECT DISTINCT unnest(ids) FROM crm_sync.crawl_sightings WHERE run_id = ${run.id}) AS s) AS seen,
+                 total_count AS total
+          FROM crm_sync.crawl_runs WHERE id = ${run.id}`.pipe(mapError)
+        if (told !== undefined && told.total !== null && told.seen + shortReadSlack(told.total) < told.total) {
+          const note =
+            `the listing's total_count said ${told.total} records but its pages held ${told.seen}: ` +
+            `no absences counted`
+          yield* sql`
+            UPDATE crm_sync.crawl_runs SET status = 'complete', finished_at = now(), progressed_at = now(),
+              seen = ${told.seen}, absent = 0, deleted = 0, note = ${note}
             WHERE id = ${run.id}`.pipe(mapError)
           return { absent: 0, deleted: 0, refused: 0, note } satisfies FinishResult
         }

@@ -44,6 +44,7 @@ import { type UpsertResult, Warehouse } from "../warehouse/Warehouse.ts"
 import { JobLease } from "./JobLease.ts"
 import { type JobOutcome, JobRuns } from "./JobRuns.ts"
 import { type ByIdReport, reconcileById } from "./ByIdReconcile.ts"
+import { shortReadSlack } from "./CrawlRuns.ts"
 import { idOf, PER_PAGE } from "./PageCrawler.ts"
 import { Crm, Database, type JobFailure, SyncError, toSyncError, Usage } from "./SyncError.ts"
 import { SyncServicesLive } from "./SyncJobs.ts"
@@ -455,7 +456,9 @@ export class Reconciler extends Context.Service<
               }
               if (page.data.length === 0 || pageNumber >= page.pagination.total_pages) break
             }
-            return { seen, clean, pages }
+            // A listing that held fewer records than it said proves no absence either.
+            const whole = total === undefined || seen.size + shortReadSlack(total) >= total
+            return { seen, clean: clean && whole, pages }
           })
 
         /** Reads one resource from `firstPage` until its end or the allowance's; true when it ended. */
@@ -532,6 +535,14 @@ export class Reconciler extends Context.Service<
               current = { ...current, note: `read from page ${firstPage} (resumed): absences not counted` }
             } else if (drifted) {
               current = { ...current, note: "the listing changed while it was read: absences not counted" }
+            } else if (
+              current.api_total !== null &&
+              seen.size + shortReadSlack(current.api_total) < current.api_total
+            ) {
+              current = {
+                ...current,
+                note: `the listing's total_count said ${current.api_total} records but its pages held ${seen.size}: absences not counted`
+              }
             } else {
               const gone = yield* absentIds(resource, seen, started!.at)
               const missedBefore = yield* previouslyGone(connection, runId, resource)
@@ -558,7 +569,15 @@ export class Reconciler extends Context.Service<
               // Listed by the confirming read: the first read missed them (drift), they are not gone.
               const stillGone = seenAgain === undefined ? gone : gone.filter((id) => !seenAgain.has(id))
               const confirmed = stillGone.filter((id) => missedBefore.has(id) || seenAgain !== undefined)
-              const settled = yield* settleAbsences(connection, resource, stillGone, confirmed, started!.at, live, notes)
+              const settled = yield* settleAbsences(
+                connection,
+                resource,
+                stillGone,
+                confirmed,
+                started!.at,
+                live,
+                notes
+              )
               current = { ...current, clean: true, ...settled }
             }
             resources[resource] = current
