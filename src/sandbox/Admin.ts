@@ -19,7 +19,7 @@ import { type ApiError, badRequest, notFound } from "./errors.ts"
 import { type FaultRule, type FaultRuleInput, SandboxFaults } from "./Faults.ts"
 import type { World } from "./Generator.ts"
 import { SandboxIdempotency } from "./Idempotency.ts"
-import { parseDuration, SandboxConfig } from "./Options.ts"
+import { parseDuration, type RateLimits, type RateLimitsInput, SandboxConfig } from "./Options.ts"
 import { type BucketState, SandboxRateLimiter } from "./RateLimiter.ts"
 import { type RequestFilter, type RequestLogEntry, SandboxRequestLog } from "./RequestLog.ts"
 import { iso, SandboxClock } from "./SandboxClock.ts"
@@ -266,6 +266,12 @@ export class SandboxAdmin extends Context.Service<
     readonly clearFaults: Effect.Effect<void>
     readonly rateLimits: Effect.Effect<ReadonlyArray<BucketState>>
     readonly resetRateLimits: Effect.Effect<void>
+    /** Other consumers of a bucket: `perWindow` requests of each window, spread evenly (0 removes). */
+    setCotenant(bucket: string, perWindow: number): Effect.Effect<void>
+    /** A one-off foreign charge to the bucket's current window. */
+    chargeRateLimit(bucket: string, amount: number): Effect.Effect<void>
+    /** New per-window limits while running; the limits now in force. */
+    setRateLimits(patch: RateLimitsInput): Effect.Effect<RateLimits>
     /** Data changes as the CRM's users would make them (with their webhook events). */
     readonly actions: SandboxActions["Service"]
   }
@@ -450,6 +456,9 @@ export class SandboxAdmin extends Context.Service<
         clearFaults: faults.clear,
         rateLimits: limiter.buckets,
         resetRateLimits: limiter.reset,
+        setCotenant: limiter.setCotenant,
+        chargeRateLimit: limiter.charge,
+        setRateLimits: limiter.setLimits,
         actions
       })
     })

@@ -84,6 +84,27 @@ const parse = (body: string) =>
     ? Effect.succeed({} as unknown)
     : Effect.try({ try: () => JSON.parse(body) as unknown, catch: () => invalidJson("admin request body is not JSON") })
 
+const Count = Schema.Int.check(Schema.isGreaterThanOrEqualTo(0))
+const Positive = Schema.Int.check(Schema.isGreaterThanOrEqualTo(1))
+const CotenantInput = Schema.Struct({ bucket: Schema.NonEmptyString, per_window: Count })
+const ChargeInput = Schema.Struct({ bucket: Schema.NonEmptyString, amount: Positive })
+const LimitsInput = Schema.Struct({
+  personal: Schema.optionalKey(
+    Schema.Struct({
+      token: Schema.optionalKey(Positive),
+      company: Schema.optionalKey(Positive),
+      ip: Schema.optionalKey(Positive)
+    })
+  ),
+  oauth: Schema.optionalKey(
+    Schema.Struct({
+      user: Schema.optionalKey(Positive),
+      app: Schema.optionalKey(Positive),
+      ip: Schema.optionalKey(Positive)
+    })
+  )
+})
+
 const read = <S extends Schema.Constraint>(schema: S, request: AdminRequest) =>
   Effect.flatMap(parse(request.body), (value) => decodeBody(schema, value))
 
@@ -295,6 +316,19 @@ export const makeAdminRoutes = Effect.gen(function* () {
     route("DELETE", "/_sandbox/faults", () => Effect.as(admin.clearFaults, noContent)),
     route("GET", "/_sandbox/rate_limits", () => Effect.map(admin.rateLimits, ok)),
     route("DELETE", "/_sandbox/rate_limits", () => Effect.as(admin.resetRateLimits, noContent)),
+    route("PUT", "/_sandbox/rate_limits/cotenants", (request) =>
+      Effect.flatMap(read(CotenantInput, request), (body) =>
+        Effect.as(admin.setCotenant(body.bucket, body.per_window), noContent)
+      )
+    ),
+    route("POST", "/_sandbox/rate_limits/charges", (request) =>
+      Effect.flatMap(read(ChargeInput, request), (body) =>
+        Effect.as(admin.chargeRateLimit(body.bucket, body.amount), noContent)
+      )
+    ),
+    route("PATCH", "/_sandbox/rate_limits/limits", (request) =>
+      Effect.flatMap(read(LimitsInput, request), (body) => Effect.map(admin.setRateLimits(body), ok))
+    ),
 
     route("POST", "/_sandbox/tasks", (request) =>
       Effect.flatMap(read(CreateTaskInput, request), (body) => Effect.map(actions.createTask(body), created))

@@ -5,9 +5,15 @@
  * more than one is full the one that frees up last is named (it decides when a retry can pass).
  * Effect's `RateLimiter` (persistence) implements its own window algorithms and does not report
  * which of several limits refused a request, which §7 requires; hence this small counter.
+ *
+ * Other consumers of the same token, app or address (the firm's other integrations) can be played:
+ * a co-tenant spends a steady number of requests per window on a bucket, spread evenly over the
+ * window (`setCotenant`), a one-off charge adds to the current window (`charge`), and the limits
+ * can change while the sandbox runs (`setLimits`). Their use counts like the caller's own.
  */
 import { Context, Effect, Layer } from "effect"
 import type { Credential } from "./Auth.ts"
+import type { RateLimits, RateLimitsInput } from "./Options.ts"
 import { type ApiError, rateLimited } from "./errors.ts"
 import { SandboxConfig } from "./Options.ts"
 import { iso, SandboxClock } from "./SandboxClock.ts"
@@ -22,7 +28,10 @@ interface Bucket {
 export interface BucketState {
   readonly key: string
   readonly limit: number
+  /** Requests counted in the window: the callers' and the co-tenants'. */
   readonly used: number
+  /** Of `used`, what co-tenants and charges spent. */
+  readonly foreign: number
   readonly window_started_at: string
   readonly resets_at: string
 }
@@ -40,6 +49,12 @@ export class SandboxRateLimiter extends Context.Service<
     admit(credential: Credential | undefined, ip: string): Effect.Effect<void, ApiError>
     readonly buckets: Effect.Effect<ReadonlyArray<BucketState>>
     readonly reset: Effect.Effect<void>
+    /** A co-tenant spending `perWindow` requests of every window of `bucket`, evenly (0 removes it). */
+    setCotenant(bucket: string, perWindow: number): Effect.Effect<void>
+    /** Charges `amount` foreign requests to the current window of `bucket` (opening one if none). */
+    charge(bucket: string, amount: number): Effect.Effect<void>
+    /** Changes limits while running; returns the limits now in force. */
+    setLimits(patch: RateLimitsInput): Effect.Effect<RateLimits>
   }
 >()("crm-sync/sandbox/SandboxRateLimiter") {
   static readonly layer = Layer.effect(
@@ -48,7 +63,18 @@ export class SandboxRateLimiter extends Context.Service<
       const options = yield* SandboxConfig
       const clock = yield* SandboxClock
       const buckets = new Map<string, Bucket>()
-      const limits = options.limits
+      let limits: RateLimits = options.limits
+      const cotenants = new Map<string, number>()
+      /** One-off charges, by bucket, for the window that began at `windowStart`. */
+      const charges = new Map<string, { windowStart: number; amount: number }>()
+
+      /** Foreign requests in `key`'s window that began at `windowStart`, as of `now`. */
+      const foreign = (key: string, windowStart: number, now: number) => {
+        const perWindow = cotenants.get(key) ?? 0
+        const elapsed = Math.min(1, Math.max(0, (now - windowStart) / options.windowMs))
+        const charged = charges.get(key)
+        return Math.floor(perWindow * elapsed) + (charged?.windowStart === windowStart ? charged.amount : 0)
+      }
 
       const checksFor = (credential: Credential | undefined, ip: string): ReadonlyArray<Check> => {
         if (credential === undefined) {
@@ -79,7 +105,7 @@ export class SandboxRateLimiter extends Context.Service<
           return { check, windowStart: open ? bucket.windowStart : now, count: open ? bucket.count : 0 }
         })
         const full = current
-          .filter((state) => state.count >= state.check.limit)
+          .filter((state) => state.count + foreign(state.check.key, state.windowStart, now) >= state.check.limit)
           .toSorted((a, b) => b.windowStart - a.windowStart)
         const commit = () => {
           for (const state of current) {
@@ -101,29 +127,64 @@ export class SandboxRateLimiter extends Context.Service<
         )
       })
 
+      const limitOf = (key: string) =>
+        key.startsWith("token:")
+          ? limits.personal.token
+          : key.startsWith("company:")
+            ? limits.personal.company
+            : key.startsWith("user:")
+              ? limits.oauth.user
+              : key.startsWith("app:")
+                ? limits.oauth.app
+                : limits.personal.ip
+
       return SandboxRateLimiter.of({
         admit,
-        buckets: Effect.sync(() =>
-          [...buckets.entries()].map(([key, bucket]) => {
-            const limit = key.startsWith("token:")
-              ? limits.personal.token
-              : key.startsWith("company:")
-                ? limits.personal.company
-                : key.startsWith("user:")
-                  ? limits.oauth.user
-                  : key.startsWith("app:")
-                    ? limits.oauth.app
-                    : limits.personal.ip
+        setCotenant: (bucket, perWindow) =>
+          Effect.sync(() => {
+            if (perWindow <= 0) cotenants.delete(bucket)
+            else cotenants.set(bucket, perWindow)
+          }),
+        charge: (bucket, amount) =>
+          Effect.gen(function* () {
+            const now = yield* clock.now
+            const held = buckets.get(bucket)
+            const open = held !== undefined && now < held.windowStart + options.windowMs
+            const windowStart = open ? held.windowStart : now
+            if (!open) buckets.set(bucket, { windowStart, count: 0 })
+            const charged = charges.get(bucket)
+            const before = charged?.windowStart === windowStart ? charged.amount : 0
+            charges.set(bucket, { windowStart, amount: before + amount })
+          }),
+        setLimits: (patch) =>
+          Effect.sync(() => {
+            limits = {
+              personal: { ...limits.personal, ...patch.personal },
+              oauth: { ...limits.oauth, ...patch.oauth }
+            }
+            return limits
+          }),
+        buckets: Effect.gen(function* () {
+          const now = yield* clock.now
+          return [...buckets.entries()].map(([key, bucket]) => {
+            const open = now < bucket.windowStart + options.windowMs
+            const spent = open ? foreign(key, bucket.windowStart, now) : 0
             return {
               key,
-              limit,
-              used: bucket.count,
+              limit: limitOf(key),
+              used: (open ? bucket.count : 0) + spent,
+              foreign: spent,
               window_started_at: iso(bucket.windowStart),
               resets_at: iso(bucket.windowStart + options.windowMs)
             }
           })
-        ),
-        reset: Effect.sync(() => buckets.clear())
+        }),
+        reset: Effect.sync(() => {
+          buckets.clear()
+          cotenants.clear()
+          charges.clear()
+          limits = options.limits
+        })
       })
     })
   )

@@ -190,4 +190,34 @@ layer(sandboxLayer({ window: "10s", limits }), { excludeTestServices: true })("s
       })
     )
   })
+
+  describe("co-tenants", () => {
+    it.effect("other consumers' use counts against the bucket: a one-off charge, a steady co-tenant, new limits", () =>
+      Effect.gen(function* () {
+        const a = yield* fresh
+        const { id, token } = yield* a.createToken({ userId: "usr_00000001" })
+        const bucket = `token:${id}`
+        // A one-off charge of 3 to the window: 2 of the token's 5 are left.
+        assert.deepStrictEqual(statuses(yield* hit(1, token, "10.0.5.1")), [200])
+        yield* a.chargeRateLimit(bucket, 3)
+        assert.deepStrictEqual(statuses(yield* hit(2, token, "10.0.5.1")), [200, 429])
+        const [state] = (yield* a.rateLimits).filter((row) => row.key === bucket)
+        assert.deepInclude(state, { used: 5, foreign: 3, limit: 5 })
+
+        // A co-tenant spending 4 per window, evenly: three quarters in, it has spent 3.
+        yield* a.resetRateLimits
+        assert.deepStrictEqual(statuses(yield* hit(1, token, "10.0.5.2")), [200])
+        yield* a.setCotenant(bucket, 4)
+        yield* a.advanceClock("7500 millis")
+        assert.deepStrictEqual(statuses(yield* hit(2, token, "10.0.5.2")), [200, 429])
+        assert.strictEqual((yield* a.rateLimits).find((row) => row.key === bucket)!.foreign, 3)
+
+        // New limits while running: the same window now has room.
+        const now = yield* a.setRateLimits({ personal: { token: 20 } })
+        assert.strictEqual(now.personal.token, 20)
+        assert.deepStrictEqual(statuses(yield* hit(2, token, "10.0.5.2")), [200, 200])
+        yield* a.setCotenant(bucket, 0)
+      })
+    )
+  })
 })
