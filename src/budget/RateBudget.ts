@@ -20,6 +20,16 @@
  * wait for it. What a finished crawl leaves unused (at most 1% of the room, 31 at most, per bucket
  * set) is counted but never sent: conservative, never over the limit.
  *
+ * Learned ceilings. The token, app and address are shared with whatever else talks to the CRM, and
+ * no header says how much of a bucket is left (spec §8). A 429 that comes while crm-sync's own
+ * count in the window is below the configured limit means the others spent the difference: the
+ * bucket's `learned_limit` becomes what crm-sync had sent (its count less the refused request), and
+ * every further 429 of the same block (requests that were already in flight) lowers it by one
+ * more, so it ends at what the CRM actually accepted. Later windows budget to it; each window that
+ * passes without a 429 raises it a step (`probe_step` of the limit) until the configured limit is
+ * back; it is forgotten after `learned_ceiling_ttl`. It never drops below a tenth of the limit, so
+ * a 429 no bucket caused (a storm, a CRM fault) cannot starve the connection for long.
+ *
  * Why not `effect/persistence/RateLimiter`: its "fixed-window" store grows a per-key TTL by
  * `window / limit` per token, a smoothed limit rather than spec §8's window that begins at its
  * first request and resets all at once; it consumes one key per call, so three buckets cannot be
@@ -67,6 +77,8 @@ export interface BucketStatus {
   readonly resetsAt: DateTime.Utc | undefined
   /** Set by a 429: no request is sent on this bucket before then. */
   readonly blockedUntil: DateTime.Utc | undefined
+  /** The ceiling learned from 429s below `limit` (other consumers' use), while it holds. */
+  readonly learnedLimit: number | undefined
 }
 
 /** The JSON shape of a bucket's status (snake_case, as `status --json` prints it). */
@@ -78,7 +90,8 @@ export const bucketStatusJson = (status: BucketStatus) => ({
   window_seconds: Duration.toSeconds(status.window),
   window_start: status.windowStart === undefined ? null : DateTime.formatIso(status.windowStart),
   resets_at: status.resetsAt === undefined ? null : DateTime.formatIso(status.resetsAt),
-  blocked_until: status.blockedUntil === undefined ? null : DateTime.formatIso(status.blockedUntil)
+  blocked_until: status.blockedUntil === undefined ? null : DateTime.formatIso(status.blockedUntil),
+  learned_limit: status.learnedLimit ?? null
 })
 
 /** The answer of `tryAcquire`. */
@@ -102,25 +115,71 @@ const Row = Schema.Struct({
   window_start_ms: Schema.NullOr(Schema.Number),
   used: Schema.Number,
   blocked_until_ms: Schema.NullOr(Schema.Number),
+  learned_limit: Schema.NullOr(Schema.Number),
+  updated_ms: Schema.Number,
   now_ms: Schema.Number
 })
 type Row = typeof Row.Type
 const decodeRows = Schema.decodeUnknownEffect(Schema.Array(Row))
 
+/** A window's state, budgeted to the learned ceiling while one holds. */
 const toState = (row: Row): WindowState => ({
   key: row.bucket,
   scope: row.scope,
-  limit: row.request_limit,
+  limit: row.learned_limit === null ? row.request_limit : Math.min(row.request_limit, row.learned_limit),
   windowMs: row.window_ms,
   windowStart: row.window_start_ms === null ? null : Math.round(row.window_start_ms),
   used: row.used,
   blockedUntil: row.blocked_until_ms === null ? null : Math.round(row.blocked_until_ms)
 })
 
+/** How ceilings are learned (see the module comment). */
+export interface Learning {
+  /** How long a learned ceiling holds. */
+  readonly ttlMs: number
+  /** The rise after each clean window, as a share of the configured limit. */
+  readonly stepShare: number
+}
+
+export const defaultLearning: Learning = { ttlMs: 6 * 3_600_000, stepShare: 0.05 }
+
+/** A learned ceiling never goes below this share of the configured limit. */
+const FLOOR_SHARE = 0.1
+const floorSql = `GREATEST(1, floor(request_limit * ${FLOOR_SHARE})::int)`
+
+/**
+ * In the grant's UPDATE (`w` the row before it, `v` the new window): a window ends, and a new one
+ * begins, without a 429 since the ceiling was learned — a clean window.
+ */
+const rollsClean = `(w.window_start IS NOT NULL AND w.learned_at IS NOT NULL AND w.window_start >= w.learned_at
+  AND to_timestamp(v.start_ms::float8 / 1000) > w.window_start)`
+
+/**
+ * Near a ceiling (this share of the limit left, at least 2 requests), permits are spaced by
+ * NEAR_SPACING_MS across every process (the row's last grant), so that about one request is in
+ * flight when an unknown limit is met: a co-tenant's share, or a probe that went too far, costs
+ * the one request rather than a burst.
+ */
+const NEAR_SHARE = 0.1
+const NEAR_SPACING_MS = 250
+const nearCeiling = (state: WindowState, now: number) => {
+  const live = state.windowStart !== null && now < state.windowStart + state.windowMs
+  const used = live ? state.used : 0
+  return state.limit - used <= Math.max(2, Math.floor(state.limit * NEAR_SHARE))
+}
+
+/** The SQL of a learned ceiling that still holds (NULL once it expired). */
+const validLearned = (learning: Learning, table = "") =>
+  `CASE WHEN ${table}learned_limit IS NOT NULL
+     AND ${table}learned_at > clock_timestamp() - make_interval(secs => ${learning.ttlMs / 1000})
+     THEN ${table}learned_limit END`
+
 /** Columns every query returns, times as epoch milliseconds on the database's clock. */
-const COLUMNS = `bucket, scope, request_limit, window_ms::float8 AS window_ms,
+const columns = (learning: Learning) => `bucket, scope, request_limit, window_ms::float8 AS window_ms,
   (extract(epoch FROM window_start) * 1000)::float8 AS window_start_ms, used,
   (extract(epoch FROM blocked_until) * 1000)::float8 AS blocked_until_ms,
+  (${validLearned(learning)})::float8 AS learned_limit,
+  (extract(epoch FROM updated_at) * 1000)::float8 AS updated_ms,
   (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS now_ms`
 
 /** Waking a little after the computed moment spreads processes that were waiting for the same one. */
@@ -190,18 +249,25 @@ export class RateBudget extends Context.Service<
   }
 >()("crm-sync/budget/RateBudget") {
   /** The budget with an explicit policy (tests, benchmarks). Needs only a SqlClient. */
-  static readonly layerWith = (policy: Policy) => Layer.effect(RateBudget, make(policy))
+  static readonly layerWith = (policy: Policy, learning: Learning = defaultLearning) =>
+    Layer.effect(RateBudget, make(policy, learning))
 
   /** The budget configured by `budget.*` of AppConfig. */
   static readonly layer = Layer.effect(
     RateBudget,
     Effect.gen(function* () {
       const config = yield* AppConfig
-      return yield* make({
-        reserveInteractive: config.budget.reserve_interactive,
-        reserveIncremental: config.budget.reserve_incremental,
-        marginMs: Duration.toMillis(config.budget.safety_margin)
-      })
+      return yield* make(
+        {
+          reserveInteractive: config.budget.reserve_interactive,
+          reserveIncremental: config.budget.reserve_incremental,
+          marginMs: Duration.toMillis(config.budget.safety_margin)
+        },
+        {
+          ttlMs: Duration.toMillis(config.budget.learned_ceiling_ttl),
+          stepShare: config.budget.probe_step
+        }
+      )
     })
   )
 }
@@ -228,8 +294,9 @@ const validated = (buckets: ReadonlyArray<BucketSpec>, permits: number) => {
     : Effect.fail(new BudgetError({ message: `cannot take ${permits} permits from buckets of ${smallest}` }))
 }
 
-const make = Effect.fnUntraced(function* (policy: Policy) {
+const make = Effect.fnUntraced(function* (policy: Policy, learning: Learning) {
   const sql = yield* SqlClient
+  const COLUMNS = columns(learning)
 
   /** The buckets as rows, in the given (key) order: `INSERT ... SELECT` locks them in this order. */
   const upsertSource = (buckets: ReadonlyArray<BucketSpec>) =>
@@ -259,11 +326,36 @@ const make = Effect.fnUntraced(function* (policy: Policy) {
           const now = Math.max(...rows.map((row) => row.now_ms))
           const states = rows.map(toState)
           const room = Math.min(...states.map((state) => grantable(state, now, priority, policy)))
-          const taken = ahead ? Math.max(permits, Math.min(room, bulkAhead(room))) : permits
-          const decision: Decision = decide(states, now, taken, priority, policy)
+          const near = states.some((state) => nearCeiling(state, now))
+          const taken = ahead && !near ? Math.max(permits, Math.min(room, bulkAhead(room))) : permits
+          const decided: Decision = decide(states, now, taken, priority, policy)
+          // Near a ceiling, one permit per NEAR_SPACING_MS (see above); interactive work is not held.
+          const spaced = rows.filter(
+            (row, index) => nearCeiling(states[index]!, now) && now - row.updated_ms < NEAR_SPACING_MS
+          )
+          const decision: Decision =
+            decided.kind === "grant" && priority !== "interactive" && spaced.length > 0
+              ? {
+                  kind: "wait",
+                  until: Math.max(...spaced.map((row) => row.updated_ms)) + NEAR_SPACING_MS,
+                  bucket: spaced[0]!.bucket,
+                  reason: "full"
+                }
+              : decided
           if (decision.kind === "grant") {
+            // A window that ends without a 429 since the ceiling was learned raises it a step.
             yield* sql`UPDATE crm_sync.rate_windows AS w
-              SET window_start = to_timestamp(v.start_ms::float8 / 1000), used = v.used::int, updated_at = now()
+              SET window_start = to_timestamp(v.start_ms::float8 / 1000), used = v.used::int, updated_at = now(),
+                clean_windows = CASE
+                  WHEN ${sql.literal(rollsClean)} THEN
+                    CASE WHEN w.clean_windows + 1 >= w.probe_wait THEN 0 ELSE w.clean_windows + 1 END
+                  ELSE w.clean_windows END,
+                learned_limit = CASE
+                  WHEN (${sql.literal(validLearned(learning, "w."))}) IS NULL THEN NULL
+                  WHEN ${sql.literal(rollsClean)} AND w.clean_windows + 1 >= w.probe_wait AND ${learning.stepShare} > 0
+                    THEN NULLIF(LEAST(w.request_limit,
+                      w.learned_limit + GREATEST(1, ceil(w.request_limit * ${learning.stepShare})::int)), w.request_limit)
+                  ELSE w.learned_limit END
               FROM unnest(${decision.windows.map((window) => window.key)}::text[],
                           ${numbers(decision.windows.map((window) => window.windowStart ?? now))}::text[],
                           ${numbers(decision.windows.map((window) => window.used))}::text[]) AS v(bucket, start_ms, used)
@@ -389,7 +481,29 @@ const make = Effect.fnUntraced(function* (policy: Policy) {
       ON CONFLICT (bucket) DO UPDATE SET request_limit = excluded.request_limit, window_ms = excluded.window_ms`.pipe(
       Effect.andThen(
         sql`UPDATE crm_sync.rate_windows
-          SET blocked_until = GREATEST(COALESCE(blocked_until, '-infinity'::timestamptz),
+          SET learned_limit = CASE
+                -- Another 429 of the same block: one more request that was in flight was refused.
+                WHEN blocked_until > clock_timestamp() AND (${sql.literal(validLearned(learning))}) IS NOT NULL
+                  AND learned_at > clock_timestamp() - make_interval(secs => window_ms::float8 / 1000)
+                  THEN GREATEST(${sql.literal(floorSql)}, learned_limit - 1)
+                -- The first: below the configured limit, the others spent the difference.
+                WHEN window_start IS NOT NULL AND window_start + make_interval(secs => window_ms::float8 / 1000) > clock_timestamp()
+                  AND used < request_limit
+                  THEN LEAST(COALESCE(${sql.literal(validLearned(learning))}, request_limit),
+                             GREATEST(${sql.literal(floorSql)}, used - 1))
+                ELSE ${sql.literal(validLearned(learning))} END,
+              -- A 429 while a ceiling was already known: the last probe went too far; wait longer.
+              probe_wait = CASE
+                WHEN blocked_until > clock_timestamp() THEN probe_wait
+                WHEN (${sql.literal(validLearned(learning))}) IS NOT NULL THEN LEAST(64, probe_wait * 2)
+                ELSE 1 END,
+              clean_windows = 0,
+              learned_at = CASE
+                WHEN blocked_until > clock_timestamp() AND learned_limit IS NOT NULL THEN learned_at
+                WHEN window_start IS NOT NULL AND window_start + make_interval(secs => window_ms::float8 / 1000) > clock_timestamp()
+                  AND used < request_limit THEN clock_timestamp()
+                ELSE learned_at END,
+              blocked_until = GREATEST(COALESCE(blocked_until, '-infinity'::timestamptz),
                                        clock_timestamp() + make_interval(secs => ${waitMs / 1000})),
               window_start = NULL, used = 0, updated_at = now()
           WHERE bucket = ANY(${marked.map((bucket) => bucket.key)}::text[])`
@@ -413,6 +527,9 @@ const make = Effect.fnUntraced(function* (policy: Policy) {
   const status = Effect.fn("RateBudget.status")(function* (buckets?: ReadonlyArray<BucketSpec>) {
     const rows = yield* readRows(buckets).pipe(Effect.mapError(failWith("cannot read the rate budget")))
     const known = new Map(rows.map((row) => [row.bucket, row]))
+    const learnedOf = new Map(
+      rows.flatMap((row) => (row.learned_limit === null ? [] : [[row.bucket, row.learned_limit] as const]))
+    )
     // Buckets never used yet have no row: report them as empty rather than leave them out.
     const missing = (buckets ?? []).filter((bucket) => !known.has(bucket.key))
     const now = rows[0]?.now_ms ?? (yield* Effect.clockWith((clock) => clock.currentTimeMillis))
@@ -426,13 +543,14 @@ const make = Effect.fnUntraced(function* (policy: Policy) {
       return {
         bucket: state.key,
         scope: state.scope,
-        limit: state.limit,
+        limit: known.get(state.key)?.request_limit ?? state.limit,
         used: live ? state.used : 0,
         window: Duration.millis(state.windowMs),
         windowStart: live ? DateTime.makeUnsafe(state.windowStart!) : undefined,
         resetsAt: live ? DateTime.makeUnsafe(state.windowStart! + state.windowMs + margin) : undefined,
         blockedUntil:
-          state.blockedUntil !== null && state.blockedUntil > now ? DateTime.makeUnsafe(state.blockedUntil) : undefined
+          state.blockedUntil !== null && state.blockedUntil > now ? DateTime.makeUnsafe(state.blockedUntil) : undefined,
+        learnedLimit: learnedOf.get(state.key)
       }
     })
   })

@@ -163,6 +163,10 @@ const Budget = Schema.Struct({
   reserve_incremental: withDefault(Share, 0.1),
   /** Share of a window a reconciliation run may spend. */
   reconcile_share: withDefault(Share, 0.25),
+  /** How long a ceiling learned from a 429 (other consumers' use) is kept. */
+  learned_ceiling_ttl: withDefault(DurationBetween("1 minute", "7 days", "6 hours"), "6 hours"),
+  /** How much of the configured limit a learned ceiling rises after each clean window. */
+  probe_step: withDefault(Share, 0.05),
   /** Requests are not started this close to a window's end (clock skew with the CRM). */
   safety_margin: withDefault(DurationBetween("0 millis", "1 minute", "2 seconds"), "2 seconds")
 })

@@ -117,6 +117,11 @@ export const budgetBlocked = Metric.gauge("crm_sync_budget_blocked", {
   description: "1 while the bucket is blocked after a 429, else 0"
 })
 
+/** The ceiling learned from 429s below the limit (0: none): what other consumers leave. */
+export const budgetLearnedLimit = Metric.gauge("crm_sync_budget_learned_limit", {
+  description: "Requests per window the budget has learned it may use (others spend the rest), by bucket; 0 when none"
+})
+
 /** Outbox rows by status: `needs_review` and `failed` rows wait for a person. */
 export const outboxRows = Metric.gauge("crm_sync_outbox_rows", {
   description: "Outbox rows, by status"

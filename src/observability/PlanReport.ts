@@ -85,7 +85,20 @@ const recentRates = (connection: string, isFirst: boolean) =>
 /** The plan input of one connection, read from the database. */
 const inputFor = (config: AppConfigShape, connection: Connection, now: Date) =>
   Effect.gen(function* () {
-    const bucket = strictest(bucketsFor(connection))
+    // Each bucket at the ceiling the budget learned for it (others spend the rest), while it holds.
+    const specs = bucketsFor(connection)
+    const sql = yield* SqlClient
+    const learnedRows = yield* sql<{ bucket: string; learned_limit: number }>`
+      SELECT bucket, learned_limit FROM crm_sync.rate_windows
+      WHERE bucket = ANY(${specs.map((spec) => spec.key)}::text[]) AND learned_limit IS NOT NULL
+        AND learned_at > now() - ${`${Duration.toSeconds(config.budget.learned_ceiling_ttl)} seconds`}::interval`
+    const learned = new Map(learnedRows.map((row) => [row.bucket, row.learned_limit]))
+    const effective = specs.map((spec) => ({
+      ...spec,
+      limit: Math.min(spec.limit, learned.get(spec.key) ?? spec.limit)
+    }))
+    const bucket = strictest(effective)
+    const configured = specs.find((spec) => spec.key === bucket.key)!
     const crawls: Array<CrawlInput> = []
     for (const { resource, setting } of crawled) {
       crawls.push({
@@ -102,8 +115,8 @@ const inputFor = (config: AppConfigShape, connection: Connection, now: Date) =>
       bucket: {
         key: bucket.key,
         limit: bucket.limit,
-        configuredLimit: bucket.limit,
-        learned: false,
+        configuredLimit: configured.limit,
+        learned: learned.has(bucket.key),
         windowMs: bucket.windowMs
       },
       poll: {

@@ -24,6 +24,7 @@ export const refresh = Effect.gen(function* () {
     const labels = { bucket: bucket.bucket, scope: bucket.scope }
     yield* Metrics.set(Metrics.budgetUsed, bucket.used, labels)
     yield* Metrics.set(Metrics.budgetLimit, bucket.limit, labels)
+    yield* Metrics.set(Metrics.budgetLearnedLimit, bucket.learned_limit ?? 0, labels)
     const blocked = bucket.blocked_until !== null && Date.parse(bucket.blocked_until) > now
     yield* Metrics.set(Metrics.budgetBlocked, blocked ? 1 : 0, labels)
   }

@@ -137,7 +137,7 @@ h1{font-size:20px;margin:0 0 4px}h2{font-size:15px;margin:28px 0 8px;text-transf
 table{border-collapse:collapse;background:#fff;border:1px solid #dde1e8;min-width:50%}
 th,td{padding:5px 10px;border-bottom:1px solid #eceef2;text-align:left;vertical-align:top}
 th{background:#f0f2f5;font-weight:600}td.n{text-align:right;font-variant-numeric:tabular-nums}
-.ok{color:#1a7f37}.late,.never{color:#9a6700;font-weight:600}.failed,.bad{color:#cf222e;font-weight:600}
+.ok{color:#1a7f37}.late,.never,.warn{color:#9a6700;font-weight:600}.failed,.bad{color:#cf222e;font-weight:600}
 .bar{width:220px;height:12px;background:#eceef2;border-radius:6px;overflow:hidden;display:inline-block;vertical-align:middle}
 .bar span{display:block;height:100%;background:#2f81f7}.bar span.hot{background:#cf222e}
 code{background:#eceef2;padding:1px 4px;border-radius:4px}.muted{color:#6b7385}
@@ -188,7 +188,10 @@ const bucketRows = (report: StatusReport) =>
   report.buckets.map((bucket) => {
     const share = bucket.limit > 0 ? Math.min(1, bucket.used / bucket.limit) : 0
     const blocked =
-      bucket.blocked_until === null ? "" : ` <span class="bad">blocked until ${e(bucket.blocked_until)}</span>`
+      (bucket.blocked_until === null ? "" : ` <span class="bad">blocked until ${e(bucket.blocked_until)}</span>`) +
+      (bucket.learned_limit === null
+        ? ""
+        : ` <span class="warn">learned ceiling ${e(bucket.learned_limit)}: other consumers use the rest</span>`)
     return `<tr><td>${e(bucket.bucket)}</td><td>${e(bucket.scope)}</td>
       <td><span class="bar" title="${e(bucket.used)} of ${e(bucket.limit)}"><span class="${share >= 0.9 ? "hot" : ""}" style="width:${Math.round(share * 100)}%"></span></span>
       ${bucket.used} / ${bucket.limit}${blocked}</td><td>${e(bucket.resets_at)}</td></tr>`

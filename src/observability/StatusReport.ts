@@ -4,7 +4,7 @@
  * process sharing the database, not just this one. Secrets never appear: connections are shown
  * by name, URL and credential kind only.
  */
-import { Effect } from "effect"
+import { Duration, Effect } from "effect"
 import { HttpRouter, HttpServerResponse } from "effect/http"
 import { SqlClient } from "effect/sql/SqlClient"
 import { AppConfig, type AppConfigShape } from "../config/AppConfig.ts"
@@ -26,6 +26,8 @@ export interface BucketStatus {
   readonly limit: number
   readonly resets_at: string | null
   readonly blocked_until: string | null
+  /** The ceiling learned from 429s below the limit (other consumers' use), while it holds. */
+  readonly learned_limit: number | null
 }
 
 export interface StatusReport {
@@ -92,9 +94,12 @@ export const statusReport = Effect.fn("StatusReport.make")(function* (
     request_limit: number
     resets_at: Date | null
     blocked_until: Date | null
+    learned_limit: number | null
   }>`
     SELECT bucket, scope, used, request_limit,
-           window_start + window_ms * interval '1 millisecond' AS resets_at, blocked_until
+           window_start + window_ms * interval '1 millisecond' AS resets_at, blocked_until,
+           CASE WHEN learned_at > now() - ${`${Duration.toSeconds(config.budget.learned_ceiling_ttl)} seconds`}::interval
+                THEN learned_limit END AS learned_limit
     FROM crm_sync.rate_windows ORDER BY bucket`
   const inbox = yield* sql<{ status: string; n: number }>`
     SELECT status, count(*)::int AS n FROM crm_sync.webhook_inbox GROUP BY status ORDER BY status`
@@ -124,7 +129,8 @@ export const statusReport = Effect.fn("StatusReport.make")(function* (
       used: window.used,
       limit: window.request_limit,
       resets_at: iso(window.resets_at),
-      blocked_until: iso(window.blocked_until)
+      blocked_until: iso(window.blocked_until),
+      learned_limit: window.learned_limit
     })),
     inbox: counts(inbox),
     outbox: counts(outbox),
@@ -167,7 +173,9 @@ export const renderStatus = (report: StatusReport): string => {
   lines.push("")
   if (report.buckets.length === 0) lines.push("rate budget: no requests sent yet")
   for (const bucket of report.buckets) {
-    const blocked = bucket.blocked_until === null ? "" : `  blocked until ${bucket.blocked_until}`
+    const blocked =
+      (bucket.blocked_until === null ? "" : `  blocked until ${bucket.blocked_until}`) +
+      (bucket.learned_limit === null ? "" : `  learned ceiling ${bucket.learned_limit} (others use the rest)`)
     lines.push(
       `bucket ${pad(bucket.bucket, 40)}${bucket.used}/${bucket.limit}  resets ${bucket.resets_at ?? "-"}${blocked}`
     )

@@ -34,6 +34,19 @@ const used = Effect.fnUntraced(function* (bucket: string) {
 })
 
 layer(RateBudget.layerWith(policy).pipe(Layer.provideMerge(TestDatabase)))("RateBudget", (it) => {
+  it.effect("a 429 below the limit teaches a ceiling: what was sent less every 429 of the block", () =>
+    Effect.gen(function* () {
+      const budget = yield* RateBudget
+      const buckets = bucketsOf("learn", { token: 20, company: 1000, ip: 1000 }, 60_000)
+      yield* budget.acquire(buckets, { priority: "interactive", permits: 13 })
+      // The 11th was refused, and the 12th and 13th, already in flight, too.
+      for (let i = 0; i < 3; i++) yield* budget.markExhausted(buckets, "token", Duration.seconds(5))
+      const [token] = (yield* budget.status(buckets)).filter((bucket) => bucket.scope === "token")
+      assert.strictEqual(token!.limit, 20)
+      assert.strictEqual(token!.learnedLimit, 10)
+    })
+  )
+
   it.effect("counts one permit in each of the three buckets", () =>
     Effect.gen(function* () {
       const budget = yield* RateBudget

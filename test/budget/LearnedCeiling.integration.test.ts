@@ -1,0 +1,117 @@
+/**
+ * The budget learns what other consumers spend. The CRM's token bucket admits 10 requests per
+ * window because others spent the rest (the sandbox's limit is 10, crm-sync is configured for 20):
+ * a crawl meets the limit once — a burst of no more than the requests already in flight — learns
+ * the ceiling (in PostgreSQL, shown by `status`), and budgets to it in the windows after, with no
+ * 429 there. Counts from the sandbox's request log, not timings.
+ */
+import { assert, layer } from "@effect/vitest"
+import { Effect } from "effect"
+import { RateBudget } from "../../src/budget/RateBudget.ts"
+import { Sandbox } from "../../src/sandbox/Sandbox.ts"
+import { PageCrawler } from "../../src/sync/PageCrawler.ts"
+import { client, harness } from "../sync/harness.ts"
+
+const WINDOW = "3 seconds"
+
+const world = harness({
+  sandbox: {
+    seed: 5,
+    records: 6000,
+    window: WINDOW,
+    limits: { personal: { token: 10, company: 1_000_000, ip: 1_000_000 } }
+  },
+  limits: { token: 20, company: 1_000_000, ip: 1_000_000, window: WINDOW },
+  // No probing within the test's few windows: the ceiling holds once learned.
+  config: { budget: { probe_step: 0, reserve_interactive: 0, reserve_incremental: 0 } }
+})
+
+layer(world, { timeout: 180_000, excludeTestServices: true })("learned ceilings", (it) => {
+  it.effect("one burst of 429s when the limit is first met, none after; the ceiling is learned and shown", () =>
+    Effect.gen(function* () {
+      const sandbox = yield* Sandbox
+      const crm = yield* client
+      const crawler = yield* PageCrawler
+      const since = yield* sandbox.admin.lastRequestSeq
+      const summary = yield* crawler.crawl(crm, "financial_accounts", { source: "crawl" })
+      assert.isAbove(summary.pages, 10 * 3, "the crawl spans several windows")
+
+      const requests = (yield* sandbox.admin.requests({ since })).filter((entry) => entry.path.startsWith("/v1/"))
+      const limited = requests.filter((entry) => entry.status === 429)
+      // One burst: the requests that were in flight when the limit was first met, and no later 429.
+      assert.isAtLeast(limited.length, 1)
+      assert.isAtMost(limited.length, 10)
+      const firstOk = requests.findIndex(
+        (entry, index) => index > requests.indexOf(limited[0]!) && entry.status === 200
+      )
+      const after = requests.slice(firstOk).filter((entry) => entry.status === 429)
+      assert.lengthOf(after, 0, "no 429 once the ceiling is learned")
+
+      const budget = yield* RateBudget
+      const [token] = (yield* budget.status(crm.buckets)).filter((bucket) => bucket.scope === "token")
+      assert.strictEqual(token!.limit, 20)
+      assert.strictEqual(token!.learnedLimit, 10, "what the CRM accepted in the window where it was met")
+    })
+  )
+})
+
+/** The sandbox's windows over its request log: each begins at the first request after the last ended. */
+const windowsOf = (entries: ReadonlyArray<{ readonly at: string; readonly status: number | null }>, ms: number) => {
+  const windows: Array<{ start: number; ok: number; limited: number }> = []
+  for (const entry of entries) {
+    const at = Date.parse(entry.at)
+    let current = windows.at(-1)
+    if (current === undefined || at >= current.start + ms) windows.push((current = { start: at, ok: 0, limited: 0 }))
+    if (entry.status === 429) current.limited++
+    else current.ok++
+  }
+  return windows
+}
+
+const probing = harness({
+  sandbox: {
+    seed: 5,
+    records: 200,
+    window: WINDOW,
+    limits: { personal: { token: 10, company: 1_000_000, ip: 1_000_000 } }
+  },
+  limits: { token: 20, company: 1_000_000, ip: 1_000_000, window: WINDOW },
+  config: { budget: { probe_step: 0.25, reserve_interactive: 0, reserve_incremental: 0 } }
+})
+
+layer(probing, { timeout: 180_000, excludeTestServices: true })("probing", (it) => {
+  it.effect("when the co-tenant leaves, each clean window raises the ceiling until the whole limit is used again", () =>
+    Effect.gen(function* () {
+      const sandbox = yield* Sandbox
+      const crm = yield* client
+      const budget = yield* RateBudget
+      const since = yield* sandbox.admin.lastRequestSeq
+      const page = crm.listFinancialAccounts({ page: 1, per_page: 100 }, { priority: "bulk" })
+      const learned = Effect.map(
+        budget.status(crm.buckets),
+        (rows) => rows.find((row) => row.scope === "token")!.learnedLimit
+      )
+      while ((yield* learned) === undefined) yield* page
+      assert.strictEqual(yield* learned, 10)
+      // The others stop: the CRM admits the whole configured limit again.
+      yield* sandbox.admin.setRateLimits({ personal: { token: 20 } })
+      const freedAt = Date.now()
+      for (let i = 0; i < 60; i++) yield* page
+      assert.isUndefined(yield* learned, "the ceiling rose back to the configured limit and was dropped")
+      const windows = windowsOf(
+        (yield* sandbox.admin.requests({ since })).filter((entry) => entry.path.startsWith("/v1/")),
+        3_000
+      )
+      const later = windows.filter((window) => window.start > freedAt)
+      // 10 → 15 → 20: the whole limit in use again within three windows, and no 429 on the way up.
+      assert.isTrue(
+        later.slice(0, 3).some((window) => window.ok === 20),
+        JSON.stringify(later)
+      )
+      assert.strictEqual(
+        later.reduce((sum, window) => sum + window.limited, 0),
+        0
+      )
+    })
+  )
+})
