@@ -30,6 +30,13 @@
  * back; it is forgotten after `learned_ceiling_ttl`. It never drops below a tenth of the limit, so
  * a 429 no bucket caused (a storm, a CRM fault) cannot starve the connection for long.
  *
+ * Fair shares. A bucket several connections draw on — one egress address for a partner serving
+ * many firms, one app's company bucket — is shared evenly: each connection (known by its token
+ * bucket) takes at most `limit / n` of a window, `n` the connections that drew on it in this
+ * window or the one before, until `FREE_AT` of the window has passed; what the others left is then
+ * free to whoever wants it (max-min fair, roughly: a connection that wants less than its share
+ * leaves the rest to those that want more). Each connection's own buckets still hold.
+ *
  * Why not `effect/persistence/RateLimiter`: its "fixed-window" store grows a per-key TTL by
  * `window / limit` per token, a smoothed limit rather than spec §8's window that begins at its
  * first request and resets all at once; it consumes one key per call, so three buckets cannot be
@@ -116,7 +123,10 @@ const Row = Schema.Struct({
   used: Schema.Number,
   blocked_until_ms: Schema.NullOr(Schema.Number),
   learned_limit: Schema.NullOr(Schema.Number),
+  learned_base: Schema.NullOr(Schema.Number),
   updated_ms: Schema.Number,
+  shares: Schema.Record(Schema.String, Schema.Number),
+  prev_consumers: Schema.Number,
   now_ms: Schema.Number
 })
 type Row = typeof Row.Type
@@ -141,7 +151,7 @@ export interface Learning {
   readonly stepShare: number
 }
 
-export const defaultLearning: Learning = { ttlMs: 6 * 3_600_000, stepShare: 0.05 }
+export const defaultLearning: Learning = { ttlMs: 6 * 3_600_000, stepShare: 0.2 }
 
 /** A learned ceiling never goes below this share of the configured limit. */
 const FLOOR_SHARE = 0.1
@@ -160,12 +170,40 @@ const rollsClean = `(w.window_start IS NOT NULL AND w.learned_at IS NOT NULL AND
  * flight when an unknown limit is met: a co-tenant's share, or a probe that went too far, costs
  * the one request rather than a burst.
  */
+/** The share of a window after which a shared bucket's even shares no longer bind. */
+const FREE_AT = 0.85
+
+/**
+ * The fair-share wait of a grant of `taken` permits to `consumer` on a shared bucket, or undefined:
+ * while the window is younger than FREE_AT, a connection past `limit / n` waits until then.
+ */
+const fairShareWait = (row: Row, state: WindowState, consumer: string, taken: number, now: number) => {
+  const live = state.windowStart !== null && now < state.windowStart + state.windowMs
+  if (!live) return undefined
+  const shares = row.shares
+  const n = Math.max(row.prev_consumers, Object.keys(shares).length + (consumer in shares ? 0 : 1))
+  if (n <= 1) return undefined
+  const freeAt = state.windowStart! + Math.floor(state.windowMs * FREE_AT)
+  if (now >= freeAt) return undefined
+  const mine = shares[consumer] ?? 0
+  // An even share of what is granted freely: the last tenth is spaced (near the ceiling) and goes
+  // to whoever asks once the shares no longer bind.
+  return mine + taken > Math.max(1, Math.floor((state.limit * (1 - NEAR_SHARE)) / n)) ? freeAt : undefined
+}
+
 const NEAR_SHARE = 0.1
 const NEAR_SPACING_MS = 250
-const nearCeiling = (state: WindowState, now: number) => {
+/** The spacing in a window of `windowMs`: 250 ms, less in windows shortened for tests (a 400th). */
+const spacingFor = (windowMs: number) => Math.min(NEAR_SPACING_MS, Math.floor(windowMs / 400))
+/**
+ * Near the ceiling: within a tenth of it (at least 2 requests), or anywhere above the level the
+ * last 429 set (`learned_base`), which probing has raised the ceiling past.
+ */
+const nearCeiling = (row: Row, state: WindowState, now: number) => {
   const live = state.windowStart !== null && now < state.windowStart + state.windowMs
   const used = live ? state.used : 0
-  return state.limit - used <= Math.max(2, Math.floor(state.limit * NEAR_SHARE))
+  const base = row.learned_base === null ? state.limit : Math.min(state.limit, row.learned_base)
+  return base - used <= Math.max(2, Math.floor(base * NEAR_SHARE))
 }
 
 /** The SQL of a learned ceiling that still holds (NULL once it expired). */
@@ -179,7 +217,8 @@ const columns = (learning: Learning) => `bucket, scope, request_limit, window_ms
   (extract(epoch FROM window_start) * 1000)::float8 AS window_start_ms, used,
   (extract(epoch FROM blocked_until) * 1000)::float8 AS blocked_until_ms,
   (${validLearned(learning)})::float8 AS learned_limit,
-  (extract(epoch FROM updated_at) * 1000)::float8 AS updated_ms,
+  (CASE WHEN (${validLearned(learning)}) IS NOT NULL THEN learned_base END)::float8 AS learned_base,
+  (extract(epoch FROM updated_at) * 1000)::float8 AS updated_ms, shares, prev_consumers,
   (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS now_ms`
 
 /** Waking a little after the computed moment spreads processes that were waiting for the same one. */
@@ -326,22 +365,40 @@ const make = Effect.fnUntraced(function* (policy: Policy, learning: Learning) {
           const now = Math.max(...rows.map((row) => row.now_ms))
           const states = rows.map(toState)
           const room = Math.min(...states.map((state) => grantable(state, now, priority, policy)))
-          const near = states.some((state) => nearCeiling(state, now))
+          const near = rows.some((row, index) => nearCeiling(row, states[index]!, now))
           const taken = ahead && !near ? Math.max(permits, Math.min(room, bulkAhead(room))) : permits
           const decided: Decision = decide(states, now, taken, priority, policy)
           // Near a ceiling, one permit per NEAR_SPACING_MS (see above); interactive work is not held.
           const spaced = rows.filter(
-            (row, index) => nearCeiling(states[index]!, now) && now - row.updated_ms < NEAR_SPACING_MS
+            (row, index) =>
+              nearCeiling(row, states[index]!, now) && now - row.updated_ms < spacingFor(states[index]!.windowMs)
           )
+          // A shared bucket (ip, company) answers to the connection's token bucket: its fair share.
+          const consumer = rows.find((row) => row.scope === "token")?.bucket
+          const unfair =
+            consumer === undefined || priority === "interactive"
+              ? []
+              : rows.flatMap((row, index) => {
+                  if (row.scope === "token") return []
+                  const until = fairShareWait(row, states[index]!, consumer, taken, now)
+                  return until === undefined ? [] : [{ bucket: row.bucket, until }]
+                })
           const decision: Decision =
             decided.kind === "grant" && priority !== "interactive" && spaced.length > 0
               ? {
                   kind: "wait",
-                  until: Math.max(...spaced.map((row) => row.updated_ms)) + NEAR_SPACING_MS,
+                  until: Math.max(...spaced.map((row) => row.updated_ms + spacingFor(row.window_ms))),
                   bucket: spaced[0]!.bucket,
                   reason: "full"
                 }
-              : decided
+              : decided.kind === "grant" && unfair.length > 0
+                ? {
+                    kind: "wait",
+                    until: Math.max(...unfair.map((wait) => wait.until)),
+                    bucket: unfair[0]!.bucket,
+                    reason: "reserve"
+                  }
+                : decided
           if (decision.kind === "grant") {
             // A window that ends without a 429 since the ceiling was learned raises it a step.
             yield* sql`UPDATE crm_sync.rate_windows AS w
@@ -355,10 +412,22 @@ const make = Effect.fnUntraced(function* (policy: Policy, learning: Learning) {
                   WHEN ${sql.literal(rollsClean)} AND w.clean_windows + 1 >= w.probe_wait AND ${learning.stepShare} > 0
                     THEN NULLIF(LEAST(w.request_limit,
                       w.learned_limit + GREATEST(1, ceil(w.request_limit * ${learning.stepShare})::int)), w.request_limit)
-                  ELSE w.learned_limit END
+                  ELSE w.learned_limit END,
+                prev_consumers = CASE
+                  WHEN w.window_start IS DISTINCT FROM to_timestamp(v.start_ms::float8 / 1000)
+                    THEN (SELECT count(*)::int FROM jsonb_object_keys(w.shares))
+                  ELSE w.prev_consumers END,
+                shares = CASE
+                  WHEN v.consumer IS NULL THEN w.shares
+                  WHEN w.window_start IS DISTINCT FROM to_timestamp(v.start_ms::float8 / 1000)
+                    THEN jsonb_build_object(v.consumer, ${taken})
+                  ELSE w.shares || jsonb_build_object(v.consumer, COALESCE((w.shares ->> v.consumer)::int, 0) + ${taken})
+                  END
               FROM unnest(${decision.windows.map((window) => window.key)}::text[],
                           ${numbers(decision.windows.map((window) => window.windowStart ?? now))}::text[],
-                          ${numbers(decision.windows.map((window) => window.used))}::text[]) AS v(bucket, start_ms, used)
+                          ${numbers(decision.windows.map((window) => window.used))}::text[],
+                          ${decision.windows.map((window) => (window.scope === "token" ? null : (consumer ?? null)))}::text[])
+                AS v(bucket, start_ms, used, consumer)
               WHERE w.bucket = v.bucket`
           }
           return { decision, now, taken }
@@ -495,9 +564,18 @@ const make = Effect.fnUntraced(function* (policy: Policy, learning: Learning) {
               -- A 429 while a ceiling was already known: the last probe went too far; wait longer.
               probe_wait = CASE
                 WHEN blocked_until > clock_timestamp() THEN probe_wait
-                WHEN (${sql.literal(validLearned(learning))}) IS NOT NULL THEN LEAST(64, probe_wait * 2)
+                WHEN (${sql.literal(validLearned(learning))}) IS NOT NULL THEN LEAST(4, probe_wait * 2)
                 ELSE 1 END,
               clean_windows = 0,
+              learned_base = CASE
+                WHEN blocked_until > clock_timestamp() AND (${sql.literal(validLearned(learning))}) IS NOT NULL
+                  AND learned_at > clock_timestamp() - make_interval(secs => window_ms::float8 / 1000)
+                  THEN GREATEST(${sql.literal(floorSql)}, learned_limit - 1)
+                WHEN window_start IS NOT NULL AND window_start + make_interval(secs => window_ms::float8 / 1000) > clock_timestamp()
+                  AND used < request_limit
+                  THEN LEAST(COALESCE(${sql.literal(validLearned(learning))}, request_limit),
+                             GREATEST(${sql.literal(floorSql)}, used - 1))
+                ELSE learned_base END,
               learned_at = CASE
                 WHEN blocked_until > clock_timestamp() AND learned_limit IS NOT NULL THEN learned_at
                 WHEN window_start IS NOT NULL AND window_start + make_interval(secs => window_ms::float8 / 1000) > clock_timestamp()

@@ -166,7 +166,7 @@ const Budget = Schema.Struct({
   /** How long a ceiling learned from a 429 (other consumers' use) is kept. */
   learned_ceiling_ttl: withDefault(DurationBetween("1 minute", "7 days", "6 hours"), "6 hours"),
   /** How much of the configured limit a learned ceiling rises after each clean window. */
-  probe_step: withDefault(Share, 0.05),
+  probe_step: withDefault(Share, 0.2),
   /** Requests are not started this close to a window's end (clock skew with the CRM). */
   safety_margin: withDefault(DurationBetween("0 millis", "1 minute", "2 seconds"), "2 seconds")
 })

@@ -20,7 +20,7 @@ import { type FaultRule, type FaultRuleInput, SandboxFaults } from "./Faults.ts"
 import type { World } from "./Generator.ts"
 import { SandboxIdempotency } from "./Idempotency.ts"
 import { parseDuration, type RateLimits, type RateLimitsInput, SandboxConfig } from "./Options.ts"
-import { type BucketState, SandboxRateLimiter } from "./RateLimiter.ts"
+import { type BucketState, type CotenantSpread, SandboxRateLimiter } from "./RateLimiter.ts"
 import { type RequestFilter, type RequestLogEntry, SandboxRequestLog } from "./RequestLog.ts"
 import { iso, SandboxClock } from "./SandboxClock.ts"
 import { companyOrdinal, SandboxStore } from "./Store.ts"
@@ -267,7 +267,7 @@ export class SandboxAdmin extends Context.Service<
     readonly rateLimits: Effect.Effect<ReadonlyArray<BucketState>>
     readonly resetRateLimits: Effect.Effect<void>
     /** Other consumers of a bucket: `perWindow` requests of each window, spread evenly (0 removes). */
-    setCotenant(bucket: string, perWindow: number): Effect.Effect<void>
+    setCotenant(bucket: string, perWindow: number, spread?: CotenantSpread): Effect.Effect<void>
     /** A one-off foreign charge to the bucket's current window. */
     chargeRateLimit(bucket: string, amount: number): Effect.Effect<void>
     /** New per-window limits while running; the limits now in force. */

@@ -86,7 +86,11 @@ const parse = (body: string) =>
 
 const Count = Schema.Int.check(Schema.isGreaterThanOrEqualTo(0))
 const Positive = Schema.Int.check(Schema.isGreaterThanOrEqualTo(1))
-const CotenantInput = Schema.Struct({ bucket: Schema.NonEmptyString, per_window: Count })
+const CotenantInput = Schema.Struct({
+  bucket: Schema.NonEmptyString,
+  per_window: Count,
+  spread: Schema.optionalKey(Schema.Literals(["even", "start"]))
+})
 const ChargeInput = Schema.Struct({ bucket: Schema.NonEmptyString, amount: Positive })
 const LimitsInput = Schema.Struct({
   personal: Schema.optionalKey(
@@ -318,7 +322,7 @@ export const makeAdminRoutes = Effect.gen(function* () {
     route("DELETE", "/_sandbox/rate_limits", () => Effect.as(admin.resetRateLimits, noContent)),
     route("PUT", "/_sandbox/rate_limits/cotenants", (request) =>
       Effect.flatMap(read(CotenantInput, request), (body) =>
-        Effect.as(admin.setCotenant(body.bucket, body.per_window), noContent)
+        Effect.as(admin.setCotenant(body.bucket, body.per_window, body.spread), noContent)
       )
     ),
     route("POST", "/_sandbox/rate_limits/charges", (request) =>

@@ -20,6 +20,9 @@ import { iso, SandboxClock } from "./SandboxClock.ts"
 
 export type LimitName = "token" | "company" | "ip"
 
+/** How a co-tenant spends its share of a window: evenly over it, or all of it as it opens. */
+export type CotenantSpread = "even" | "start"
+
 interface Bucket {
   windowStart: number
   count: number
@@ -49,8 +52,11 @@ export class SandboxRateLimiter extends Context.Service<
     admit(credential: Credential | undefined, ip: string): Effect.Effect<void, ApiError>
     readonly buckets: Effect.Effect<ReadonlyArray<BucketState>>
     readonly reset: Effect.Effect<void>
-    /** A co-tenant spending `perWindow` requests of every window of `bucket`, evenly (0 removes it). */
-    setCotenant(bucket: string, perWindow: number): Effect.Effect<void>
+    /**
+     * A co-tenant spending `perWindow` requests of every window of `bucket` (0 removes it): evenly
+     * over the window, or all of it as the window opens (`start`).
+     */
+    setCotenant(bucket: string, perWindow: number, spread?: CotenantSpread): Effect.Effect<void>
     /** Charges `amount` foreign requests to the current window of `bucket` (opening one if none). */
     charge(bucket: string, amount: number): Effect.Effect<void>
     /** Changes limits while running; returns the limits now in force. */
@@ -64,14 +70,16 @@ export class SandboxRateLimiter extends Context.Service<
       const clock = yield* SandboxClock
       const buckets = new Map<string, Bucket>()
       let limits: RateLimits = options.limits
-      const cotenants = new Map<string, number>()
+      const cotenants = new Map<string, { readonly perWindow: number; readonly spread: CotenantSpread }>()
       /** One-off charges, by bucket, for the window that began at `windowStart`. */
       const charges = new Map<string, { windowStart: number; amount: number }>()
 
       /** Foreign requests in `key`'s window that began at `windowStart`, as of `now`. */
       const foreign = (key: string, windowStart: number, now: number) => {
-        const perWindow = cotenants.get(key) ?? 0
-        const elapsed = Math.min(1, Math.max(0, (now - windowStart) / options.windowMs))
+        const cotenant = cotenants.get(key)
+        const perWindow = cotenant?.perWindow ?? 0
+        const elapsed =
+          cotenant?.spread === "start" ? 1 : Math.min(1, Math.max(0, (now - windowStart) / options.windowMs))
         const charged = charges.get(key)
         return Math.floor(perWindow * elapsed) + (charged?.windowStart === windowStart ? charged.amount : 0)
       }
@@ -140,10 +148,10 @@ export class SandboxRateLimiter extends Context.Service<
 
       return SandboxRateLimiter.of({
         admit,
-        setCotenant: (bucket, perWindow) =>
+        setCotenant: (bucket, perWindow, spread = "even") =>
           Effect.sync(() => {
             if (perWindow <= 0) cotenants.delete(bucket)
-            else cotenants.set(bucket, perWindow)
+            else cotenants.set(bucket, { perWindow, spread })
           }),
         charge: (bucket, amount) =>
           Effect.gen(function* () {

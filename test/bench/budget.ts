@@ -14,6 +14,10 @@
  * window, 429 answers, and the strictest bucket's utilization per full window; the figures are
  * written into docs/client-and-budget.md between the bench markers. Requires nothing but this
  * repository: PostgreSQL is embedded, in a temporary folder.
+ *
+ * Three scenarios: crm-sync alone on its grant; a co-tenant (the firm's other integrations) that
+ * spends 40% of the user bucket as each window opens, so crm-sync must learn what is left; and the
+ * same co-tenant leaving half-way through, so crm-sync must win its share back.
  */
 import { NodeHttpClient } from "@effect/platform-node"
 import { PgClient } from "@effect/sql-pg"
@@ -83,85 +87,116 @@ const crawler = Effect.gen(function* () {
 
 interface ServerWindow {
   readonly startedAt: number
+  /** Requests the sandbox admitted. */
   readonly requests: number
+  /** 429 answers in the window. */
+  readonly limited: number
 }
+
+type Scenario = "alone" | "cotenant" | "departs"
+/** The co-tenant's share of the strictest bucket, spent as each window opens. */
+const COTENANT = 200
 
 /** The sandbox's windows for one bucket, rebuilt from its log: each opens at the first request after the last ended. */
 const serverWindows = (entries: ReadonlyArray<RequestLogEntry>): ReadonlyArray<ServerWindow> => {
-  const windows: Array<{ startedAt: number; requests: number }> = []
+  const windows: Array<{ startedAt: number; requests: number; limited: number }> = []
   for (const entry of entries) {
-    // The sandbox does not count a rejected request (countRejected: false).
-    if (entry.status === 429) continue
     const at = Date.parse(entry.at)
-    const current = windows[windows.length - 1]
-    if (current === undefined || at >= current.startedAt + WINDOW_MS) windows.push({ startedAt: at, requests: 1 })
+    let current = windows[windows.length - 1]
+    // A window opens at an admitted request (the sandbox does not count a rejected one).
+    if ((current === undefined || at >= current.startedAt + WINDOW_MS) && entry.status !== 429) {
+      windows.push((current = { startedAt: at, requests: 0, limited: 0 }))
+    }
+    if (current === undefined) continue
+    if (entry.status === 429) current.limited++
     else current.requests++
   }
   return windows
 }
 
-const main = Effect.gen(function* () {
-  const folder = mkdtempSync(join(tmpdir(), "crm-sync-bench-budget-"))
-  yield* Effect.addFinalizer(() => Effect.sync(() => rmSync(folder, { recursive: true, force: true })))
-  const server = yield* acquireEmbeddedDatabase(folder)
-  const url = yield* databaseUrl(Redacted.value(server.url), `bench_budget_${randomBytes(3).toString("hex")}`)
+const main = (scenario: Scenario) =>
+  Effect.gen(function* () {
+    const folder = mkdtempSync(join(tmpdir(), "crm-sync-bench-budget-"))
+    yield* Effect.addFinalizer(() => Effect.sync(() => rmSync(folder, { recursive: true, force: true })))
+    const server = yield* acquireEmbeddedDatabase(folder)
+    const url = yield* databaseUrl(Redacted.value(server.url), `bench_budget_${randomBytes(3).toString("hex")}`)
 
-  const sandboxScope = yield* Scope.make()
-  const sandboxContext = yield* Layer.buildWithScope(
-    Sandbox.layer({ window: "10 seconds", records: 1500, seed: 42, logSize: 50_000 }),
-    sandboxScope
-  )
-  const sandbox = yield* Effect.provide(Effect.service(Sandbox), sandboxContext)
-  // An OAuth grant for the sandbox's own user: the strictest limits of spec §8.
-  const grant = yield* sandbox.admin.connect({
-    clientId: sandbox.credentials.oauthClientId,
-    userId: sandbox.credentials.userId,
-    companyId: sandbox.credentials.companyId
+    const sandboxScope = yield* Scope.make()
+    const sandboxContext = yield* Layer.buildWithScope(
+      Sandbox.layer({ window: "10 seconds", records: 1500, seed: 42, logSize: 50_000 }),
+      sandboxScope
+    )
+    const sandbox = yield* Effect.provide(Effect.service(Sandbox), sandboxContext)
+    // An OAuth grant for the sandbox's own user: the strictest limits of spec §8.
+    const grant = yield* sandbox.admin.connect({
+      clientId: sandbox.credentials.oauthClientId,
+      userId: sandbox.credentials.userId,
+      companyId: sandbox.credentials.companyId
+    })
+    const config = AppConfig.layerFrom({
+      connections: [
+        {
+          name: "bench",
+          base_url: sandbox.baseUrl,
+          credential: "oauth",
+          token: grant.access_token,
+          limits: { window: "10 seconds" }
+        }
+      ]
+    })
+
+    const userBucket = `user:${sandbox.credentials.oauthClientId}:${sandbox.credentials.userId}`
+    if (scenario !== "alone") yield* sandbox.admin.setCotenant(userBucket, COTENANT, "start")
+
+    const scopes = yield* Effect.forEach(Array.from({ length: STACKS }), () => Scope.make())
+    const contexts = yield* Effect.forEach(scopes, (scope) => Layer.buildWithScope(stack(config, url), scope))
+    const duration = Duration.millis(WINDOWS * (WINDOW_MS + 2_000) + WINDOW_MS / 2)
+    yield* Effect.logInfo(
+      `${STACKS} stacks × ${WORKERS} crawlers, sandbox window 10 s, running ${Duration.format(duration)}`
+    )
+    const started = Date.now()
+    const fibers = yield* Effect.forEach(contexts, (context) =>
+      Effect.forEach(Array.from({ length: WORKERS }), () => Effect.forkDetach(Effect.provide(crawler, context)))
+    )
+    let departedAt: number | undefined
+    if (scenario === "departs") {
+      yield* Effect.sleep(Duration.millis(Duration.toMillis(duration) / 2))
+      yield* sandbox.admin.setCotenant(userBucket, 0)
+      departedAt = Date.now()
+      yield* Effect.sleep(Duration.millis(Duration.toMillis(duration) / 2))
+    } else yield* Effect.sleep(duration)
+    yield* Effect.forEach(fibers.flat(), Fiber.interrupt)
+    const elapsedMs = Date.now() - started
+
+    const entries = (yield* sandbox.admin.requests({ path: "/v1/financial_accounts" })).toSorted((a, b) =>
+      a.at < b.at ? -1 : a.at > b.at ? 1 : a.seq - b.seq
+    )
+    yield* Effect.forEach(scopes, (scope) => Scope.close(scope, Exit.void))
+    yield* Scope.close(sandboxScope, Exit.void)
+
+    const windows = serverWindows(entries)
+    // The last window was cut short by the end of the run.
+    const full = windows.slice(0, Math.max(0, windows.length - 1))
+    const tooMany = entries.filter((entry) => entry.status === 429).length
+    const errors = entries.filter((entry) => entry.status !== 200 && entry.status !== 429).length
+    return {
+      scenario,
+      departedAt,
+      cpus: availableParallelism(),
+      elapsedMs,
+      total: entries.length,
+      tooMany,
+      errors,
+      full
+    }
   })
-  const config = AppConfig.layerFrom({
-    connections: [
-      {
-        name: "bench",
-        base_url: sandbox.baseUrl,
-        credential: "oauth",
-        token: grant.access_token,
-        limits: { window: "10 seconds" }
-      }
-    ]
-  })
-
-  const scopes = yield* Effect.forEach(Array.from({ length: STACKS }), () => Scope.make())
-  const contexts = yield* Effect.forEach(scopes, (scope) => Layer.buildWithScope(stack(config, url), scope))
-  const duration = Duration.millis(WINDOWS * (WINDOW_MS + 2_000) + WINDOW_MS / 2)
-  yield* Effect.logInfo(
-    `${STACKS} stacks × ${WORKERS} crawlers, sandbox window 10 s, running ${Duration.format(duration)}`
-  )
-  const started = Date.now()
-  const fibers = yield* Effect.forEach(contexts, (context) =>
-    Effect.forEach(Array.from({ length: WORKERS }), () => Effect.forkDetach(Effect.provide(crawler, context)))
-  )
-  yield* Effect.sleep(duration)
-  yield* Effect.forEach(fibers.flat(), Fiber.interrupt)
-  const elapsedMs = Date.now() - started
-
-  const entries = (yield* sandbox.admin.requests({ path: "/v1/financial_accounts" })).toSorted((a, b) =>
-    a.at < b.at ? -1 : a.at > b.at ? 1 : a.seq - b.seq
-  )
-  yield* Effect.forEach(scopes, (scope) => Scope.close(scope, Exit.void))
-  yield* Scope.close(sandboxScope, Exit.void)
-
-  const windows = serverWindows(entries)
-  // The last window was cut short by the end of the run.
-  const full = windows.slice(0, Math.max(0, windows.length - 1))
-  const tooMany = entries.filter((entry) => entry.status === 429).length
-  const errors = entries.filter((entry) => entry.status !== 200 && entry.status !== 429).length
-  return { cpus: availableParallelism(), elapsedMs, total: entries.length, tooMany, errors, full }
-})
 
 const percent = (share: number) => `${(share * 100).toFixed(1)}%`
 const met = (ok: boolean) => (ok ? "met" : "**not met**")
 
-const report = (figures: Effect.Success<typeof main>) => {
+type Figures = Effect.Success<ReturnType<typeof main>>
+
+const aloneReport = (figures: Figures) => {
   const utilization = figures.full.map((window) => window.requests / STRICTEST_LIMIT)
   const minimum = utilization.length === 0 ? 0 : Math.min(...utilization)
   return [
@@ -183,14 +218,60 @@ const report = (figures: Effect.Success<typeof main>) => {
   ].join("\n")
 }
 
-Effect.runPromise(
-  Effect.scoped(main).pipe(
-    Effect.flatMap((figures) => {
-      const text = report(figures)
-      console.log(`\n${text}\n`)
-      return Effect.promise(() => recordFigures("budget", text, ["docs/client-and-budget.md"]))
-    })
+/** The co-tenant scenarios: what crm-sync used of what the co-tenant left, and its 429s, window by window. */
+const cotenantReport = (cotenant: Figures, departs: Figures) => {
+  const left = (figures: Figures, window: ServerWindow) =>
+    figures.departedAt !== undefined && window.startedAt >= figures.departedAt
+      ? STRICTEST_LIMIT
+      : STRICTEST_LIMIT - COTENANT
+  const rows = (figures: Figures) =>
+    figures.full.map(
+      (window, index) =>
+        `| ${index + 1} | ${window.requests} of ${left(figures, window)} | ${percent(window.requests / left(figures, window))} | ${window.limited} |`
+    )
+  const bursts = cotenant.full.filter((window) => window.limited > 0)
+  const laterUse = cotenant.full.slice(1).map((window) => window.requests / left(cotenant, window))
+  const lowest = laterUse.length === 0 ? 0 : Math.min(...laterUse)
+  const afterLeaving = departs.full.filter(
+    (window) => departs.departedAt !== undefined && window.startedAt >= departs.departedAt
   )
+  const regained = afterLeaving.findIndex((window) => window.requests >= 0.95 * STRICTEST_LIMIT)
+  return [
+    `Same setup; a co-tenant spends ${COTENANT} of the user bucket's 500 as each window opens (sandbox \`setCotenant\`, spread \`start\`), budget defaults (probe step 20%).`,
+    "",
+    "Co-tenant throughout:",
+    "",
+    "| server window | crm-sync's requests of what is left | use | 429 |",
+    "|---|---|---|---|",
+    ...rows(cotenant),
+    "",
+    "The co-tenant leaves half-way:",
+    "",
+    "| server window | crm-sync's requests of what is left | use | 429 |",
+    "|---|---|---|---|",
+    ...rows(departs),
+    "",
+    "| measure | figure | target | |",
+    "|---|---|---|---|",
+    `| windows with 429s (co-tenant throughout) | ${bursts.length}${bursts.length > 0 ? ` (window${bursts.length > 1 ? "s" : ""} ${bursts.map((w) => cotenant.full.indexOf(w) + 1).join(", ")}: ${bursts.map((w) => w.limited).join(", ")} answers)` : ""} | one burst, in the first | ${met(bursts.length <= 1 && (bursts.length === 0 || cotenant.full.indexOf(bursts[0]!) === 0))} |`,
+    `| lowest use of what is left, later windows | ${percent(lowest)} | ≥ 95% | ${met(lowest >= 0.95)} |`,
+    `| windows until the freed share is in use (≥ 95% of 500) | ${regained < 0 ? "not within the run" : regained + 1} | ≤ 3 | ${met(regained >= 0 && regained + 1 <= 3)} |`
+  ].join("\n")
+}
+
+Effect.runPromise(
+  Effect.gen(function* () {
+    const alone = yield* Effect.scoped(main("alone"))
+    const text = aloneReport(alone)
+    console.log(`\n${text}\n`)
+    yield* Effect.promise(() => recordFigures("budget", text, ["docs/client-and-budget.md"]))
+    if (process.argv.includes("--no-cotenant")) return
+    const cotenant = yield* Effect.scoped(main("cotenant"))
+    const departs = yield* Effect.scoped(main("departs"))
+    const shared = cotenantReport(cotenant, departs)
+    console.log(`\n${shared}\n`)
+    yield* Effect.promise(() => recordFigures("budget-cotenant", shared, ["docs/client-and-budget.md"]))
+  })
 ).then(
   () => process.exit(0),
   (error) => {
