@@ -170,6 +170,13 @@ const rollsClean = `(w.window_start IS NOT NULL AND w.learned_at IS NOT NULL AND
  * flight when an unknown limit is met: a co-tenant's share, or a probe that went too far, costs
  * the one request rather than a burst.
  */
+/**
+ * The most clean windows a probe waits after probes that met a 429 (it doubles from 1): longer
+ * would leave a departed co-tenant's share unused for long; the price of short is one refused
+ * request every few windows while a steady co-tenant stays.
+ */
+const MAX_PROBE_WAIT = 2
+
 /** The share of a window after which a shared bucket's even shares no longer bind. */
 const FREE_AT = 0.85
 
@@ -403,6 +410,15 @@ const make = Effect.fnUntraced(function* (policy: Policy, learning: Learning) {
             // A window that ends without a 429 since the ceiling was learned raises it a step.
             yield* sql`UPDATE crm_sync.rate_windows AS w
               SET window_start = to_timestamp(v.start_ms::float8 / 1000), used = v.used::int, updated_at = now(),
+                -- A clean window run above the last 429's level: the probe held. That level is the
+                -- known-good one now, and the next probe comes after one clean window again.
+                probe_wait = CASE
+                  WHEN ${sql.literal(rollsClean)} AND w.learned_limit > COALESCE(w.learned_base, w.learned_limit) THEN 1
+                  ELSE w.probe_wait END,
+                learned_base = CASE
+                  WHEN ${sql.literal(rollsClean)} AND w.learned_limit > COALESCE(w.learned_base, w.learned_limit)
+                    THEN w.learned_limit
+                  ELSE w.learned_base END,
                 clean_windows = CASE
                   WHEN ${sql.literal(rollsClean)} THEN
                     CASE WHEN w.clean_windows + 1 >= w.probe_wait THEN 0 ELSE w.clean_windows + 1 END
@@ -564,7 +580,7 @@ const make = Effect.fnUntraced(function* (policy: Policy, learning: Learning) {
               -- A 429 while a ceiling was already known: the last probe went too far; wait longer.
               probe_wait = CASE
                 WHEN blocked_until > clock_timestamp() THEN probe_wait
-                WHEN (${sql.literal(validLearned(learning))}) IS NOT NULL THEN LEAST(4, probe_wait * 2)
+                WHEN (${sql.literal(validLearned(learning))}) IS NOT NULL THEN LEAST(${MAX_PROBE_WAIT}, probe_wait * 2)
                 ELSE 1 END,
               clean_windows = 0,
               learned_base = CASE
