@@ -220,7 +220,18 @@ export const judge = async (input: VerdictInput) => {
       }
       if (stored.status !== "succeeded") mismatches.push(`outbox ${row.id}: ${stored.status} (${stored.error ?? ""})`)
       else succeeded++
-      if (copies !== 1) mismatches.push(`outbox ${row.id}: ${copies} ${kind} created in the CRM, expected 1`)
+      if (copies !== 1) {
+        mismatches.push(`outbox ${row.id}: ${copies} ${kind} created in the CRM, expected 1`)
+        // What the CRM saw of it: every POST that carried its marker, with key, answer and faults.
+        const posts = (await run(admin.requests({ method: "POST" }))).filter((entry) =>
+          (entry.body ?? "").includes(row.marker)
+        )
+        for (const post of posts) {
+          mismatches.push(
+            `  outbox ${row.id} POST at ${post.at}: key ${post.idempotency_key}, status ${post.status}, faults [${post.faults.join(", ")}]`
+          )
+        }
+      }
     } else {
       if (stored.status !== "needs_review" && stored.status !== "failed") {
         mismatches.push(`outbox ${row.id}: a payload the CRM refuses ended ${stored.status}`)
