@@ -54,6 +54,8 @@ import * as Outbox from "./Outbox.ts"
 const { KEY_LIFETIME_MS } = Outbox
 const POLL_INTERVAL = Duration.seconds(5)
 const LISTEN_RETRY = Duration.seconds(2)
+/** How often an outcome the database refused is written again. */
+const RECORD_RETRY = Duration.millis(500)
 const BACKOFF_BASE_MS = 2_000
 const BACKOFF_CAP_MS = 10 * 60 * 1000
 
@@ -128,6 +130,23 @@ const make = Effect.gen(function* () {
   const warehouse = yield* Warehouse
   const worker = `outbound-${randomUUID().slice(0, 8)}`
   const maxAttempts = config.outbound.max_attempts
+  /**
+   * An outcome is written however long the database takes to come back (twice the lease, 30 s at least):
+   * lost, the row would be claimed again once its lease ran out and sent again — and after a 5xx
+   * the CRM did not cache, that would create the record twice (found by the chaos suite, seed
+   * 535740: a 503 after the commit, answered while PostgreSQL restarted).
+   */
+  const durably = <A, E, R>(write: Effect.Effect<A, E, R>) =>
+    write.pipe(
+      Effect.retry(
+        Schedule.spaced(RECORD_RETRY).pipe(
+          Schedule.upTo({ times: Math.ceil(Math.max(leaseSeconds * 2_000, 30_000) / Duration.toMillis(RECORD_RETRY)) })
+        )
+      )
+    )
+  const settle = (...args: Parameters<typeof Outbox.settle>) => durably(Outbox.settle(...args))
+  const succeed = (...args: Parameters<typeof Outbox.succeed>) => durably(Outbox.succeed(...args))
+  const reschedule = (...args: Parameters<typeof Outbox.reschedule>) => durably(Outbox.reschedule(...args))
   const retryServerErrors = config.outbound.retry_server_errors
 
   const clients = new Map<string, CrmClientShape>()
@@ -143,22 +162,22 @@ const make = Effect.gen(function* () {
 
   const onError = Effect.fnUntraced(function* (row: Outbox.OutboxRow, error: CrmError) {
     const reason = error.reason
-    if (reason._tag === "KeyExpired") return yield* Outbox.settle(row, "needs_review", KEY_EXPIRED)
+    if (reason._tag === "KeyExpired") return yield* settle(row, "needs_review", KEY_EXPIRED)
     if (reason._tag === "Server" && !retryServerErrors) {
-      return yield* Outbox.settle(row, "needs_review", `${error.message}: ${SERVER_ERROR}`, {
+      return yield* settle(row, "needs_review", `${error.message}: ${SERVER_ERROR}`, {
         response: { status: reason.status, error: reason.code }
       })
     }
     if (error.retryable) {
       if (row.attempts >= maxAttempts) {
-        return yield* Outbox.settle(row, "failed", `gave up after ${row.attempts} attempts: ${error.message}`)
+        return yield* settle(row, "failed", `gave up after ${row.attempts} attempts: ${error.message}`)
       }
-      return yield* Outbox.reschedule(row, error.message, yield* backoffMs(row.attempts))
+      return yield* reschedule(row, error.message, yield* backoffMs(row.attempts))
     }
     // Nothing was sent before this answer (this call's first attempt, the row's first claim).
     const firstContact = error.attempts === 1 && row.attempts === 1
     if (reason._tag === "Unauthorized" || reason._tag === "Forbidden") {
-      return yield* Outbox.settle(row, "failed", error.message, { createdNothing: firstContact })
+      return yield* settle(row, "failed", error.message, { createdNothing: firstContact })
     }
     const response = {
       status: "status" in reason ? reason.status : undefined,
@@ -167,11 +186,11 @@ const make = Effect.gen(function* () {
     }
     if (reason._tag === "Invalid" && reason.code === "idempotency_key_reused") {
       // The key went out before with another body (the payload was edited after an attempt).
-      return yield* Outbox.settle(row, "needs_review", `${error.message}: ${KEY_REUSED}`, { response })
+      return yield* settle(row, "needs_review", `${error.message}: ${KEY_REUSED}`, { response })
     }
     // The CRM refused this very request: with the same key and body, an earlier attempt that had
     // created the record would have been answered with it instead, so nothing exists under the key.
-    return yield* Outbox.settle(row, "needs_review", error.message, {
+    return yield* settle(row, "needs_review", error.message, {
       response,
       createdNothing: reason._tag === "Invalid" || reason._tag === "NotFound"
     })
@@ -180,7 +199,7 @@ const make = Effect.gen(function* () {
   const send = Effect.fnUntraced(function* (row: Outbox.OutboxRow, body: unknown) {
     const client = yield* clientFor(row.connection)
     if (Option.isNone(client)) {
-      return yield* Outbox.settle(row, "failed", `no CRM connection named ${row.connection ?? "(default)"}`, {
+      return yield* settle(row, "failed", `no CRM connection named ${row.connection ?? "(default)"}`, {
         createdNothing: row.attempts === 1
       })
     }
@@ -204,18 +223,18 @@ const make = Effect.gen(function* () {
       .pipe(
         Effect.catch((error) => Effect.logWarning("outbox: created record not written to the warehouse", error.message))
       )
-    yield* Outbox.succeed(row, { recordId: recordIdOf(raw), response: raw })
+    yield* succeed(row, { recordId: recordIdOf(raw), response: raw })
     yield* Effect.logInfo(`outbox ${row.id}: ${row.operation} created ${recordIdOf(raw) ?? "(no id)"}`)
   })
 
   const process = Effect.fnUntraced(function* (row: Outbox.OutboxRow) {
     const body = decodePayload(row.operation, row.payload)
     if (Result.isFailure(body)) {
-      return yield* Outbox.settle(row, "needs_review", body.failure, { createdNothing: row.attempts === 1 })
+      return yield* settle(row, "needs_review", body.failure, { createdNothing: row.attempts === 1 })
     }
     if (row.first_attempt_at !== null) {
       const age = (yield* Clock.currentTimeMillis) - row.first_attempt_at.getTime()
-      if (age > KEY_LIFETIME_MS) return yield* Outbox.settle(row, "needs_review", KEY_EXPIRED)
+      if (age > KEY_LIFETIME_MS) return yield* settle(row, "needs_review", KEY_EXPIRED)
     }
     return yield* send(row, body.success)
   })
@@ -237,9 +256,7 @@ const make = Effect.gen(function* () {
       Effect.catchCause((cause) =>
         Effect.gen(function* () {
           yield* Effect.logError(`outbox ${row.id}: unexpected failure`, cause)
-          yield* Outbox.settle(row, "needs_review", `unexpected failure: ${oneLine(Cause.squash(cause))}`).pipe(
-            Effect.ignore
-          )
+          yield* settle(row, "needs_review", `unexpected failure: ${oneLine(Cause.squash(cause))}`).pipe(Effect.ignore)
         })
       ),
       Effect.ensuring(Fiber.interrupt(heartbeat))

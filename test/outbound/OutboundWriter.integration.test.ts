@@ -159,6 +159,43 @@ layer(Stack, { timeout: 60_000, excludeTestServices: true })("OutboundWriter", (
     })
   )
 
+  it.effect("an outcome the database cannot take yet is written when it can: a 5xx row is not sent again", () =>
+    Effect.gen(function* () {
+      const sandbox = yield* Sandbox
+      const sql = yield* SqlClient
+      const book = yield* bookId
+      const before = (yield* sandbox.admin.records("prospects")).length
+      const since = yield* sandbox.admin.lastRequestSeq
+      // Outcomes (anything but the claim and its renewals) fail while the flag is up: the database
+      // is "down" for them, as during a restart.
+      yield* sql`CREATE TABLE IF NOT EXISTS public.outbox_down (down boolean NOT NULL)`
+      yield* sql`DELETE FROM public.outbox_down`
+      yield* sql`INSERT INTO public.outbox_down VALUES (true)`
+      yield* sql.unsafe(`CREATE OR REPLACE FUNCTION public.outbox_down_check() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          IF NEW.status <> 'in_flight' AND (SELECT down FROM public.outbox_down LIMIT 1) THEN
+            RAISE EXCEPTION 'the database is restarting (test)';
+          END IF;
+          RETURN NEW;
+        END $$`)
+      yield* sql.unsafe(`CREATE OR REPLACE TRIGGER outbox_down BEFORE UPDATE ON crm_sync.outbox
+        FOR EACH ROW EXECUTE FUNCTION public.outbox_down_check()`)
+      yield* sandbox.admin.addFault({ kind: "status", status: 503, when: "after", path: "/v1/prospects", times: 1 })
+      const id = yield* insert("prospect.create", { book_id: book, first_name: "Katherine", last_name: "Johnson" })
+      const draining = yield* Effect.forkChild(drain)
+      yield* Effect.sleep(Duration.millis(2_500))
+      yield* sql`UPDATE public.outbox_down SET down = false`
+      yield* Fiber.join(draining)
+      yield* sql.unsafe(`DROP TRIGGER outbox_down ON crm_sync.outbox`)
+      yield* sandbox.admin.clearFaults
+      const row = yield* drainUntilSettled(id)
+      assert.strictEqual(row.status, "needs_review")
+      assert.include(row.error, "a retry would run again")
+      assert.lengthOf(yield* prospectsPosted(since), 1, "sent once, though its lease ran out meanwhile")
+      assert.strictEqual((yield* sandbox.admin.records("prospects")).length, before + 1)
+    })
+  )
+
   it.effect("a payload that cannot be right is needs_review with the reason, and costs no request", () =>
     Effect.gen(function* () {
       const sandbox = yield* Sandbox
