@@ -21,7 +21,7 @@ import { join } from "node:path"
 import { Sandbox } from "../../src/sandbox/Sandbox.ts"
 import { recordFigures } from "../bench/figures.ts"
 import { command, exited, sleep, startBalancer, startDatabase, startReplicas } from "./cluster.ts"
-import { judge } from "./verdict.ts"
+import { judge, judgeEvents, warehouseQuery } from "./verdict.ts"
 import { makeActivity, makeRng, outboxRow, randomFault } from "./world.ts"
 
 const flag = (name: string, fallback: number) => {
@@ -273,6 +273,9 @@ await replicas.ready(60_000)
 await run(admin.flushDebounce)
 const settled = await waitForQuiet()
 log(settled ? "deliveries and outbox settled" : "deliveries or outbox did NOT settle within the bound")
+// What the events did on their own, before anything repairs it.
+const beforeReconcile = await judgeEvents(sandbox, warehouseQuery(database))
+log(`events judged before the reconciliation: ${beforeReconcile.mismatches.length} mismatch(es)`)
 // One reconciliation, as a firm's nightly job would run it.
 const reconcile = command(["reconcile"], env, join(logDir, "reconcile.log"))
 const reconcileCode = await exited(reconcile)
@@ -300,13 +303,15 @@ await balancer.close()
 await database.stop().catch(() => {})
 await Effect.runPromise(Scope.close(scope, Exit.void))
 
+verdict.mismatches.unshift(...beforeReconcile.mismatches.map((line) => `before the reconciliation: ${line}`))
 const all = {
   ...figures,
   changes: Object.values(activity.counts).reduce((a, b) => a + b, 0),
   changes_refused: activity.refused(),
   webhook_proxy_502: balancer.figures().failed,
   reconcile_exit: reconcileCode ?? -1,
-  ...verdict.figures
+  ...verdict.figures,
+  mismatches: verdict.mismatches.length
 }
 console.log("")
 for (const [name, value] of Object.entries(all)) console.log(`  ${name.padEnd(32)} ${value}`)

@@ -60,31 +60,29 @@ const RACE_MS = 250
 
 const run = <A, E>(effect: Effect.Effect<A, E>) => Effect.runPromise(effect)
 
-export const judge = async (input: VerdictInput) => {
-  const { sandbox, database } = input
+type Query = <A extends object = Json>(statement: string, params?: ReadonlyArray<unknown>) => Promise<ReadonlyArray<A>>
+
+/** SQL against the warehouse, one short-lived pool per call (the verdict runs once). */
+export const warehouseQuery =
+  (database: Database): Query =>
+  (statement, params = []) =>
+    Effect.runPromise(
+      Effect.flatMap(PgClient.PgClient, (sql) => sql.unsafe(statement, params as Array<unknown>)).pipe(
+        Effect.provide(
+          PgClient.layer({ url: Redacted.make(database.url), maxConnections: 2 }).pipe(Layer.provide(Reactivity.layer))
+        )
+      )
+    ) as never
+
+/**
+ * The resources events bring (tasks, meetings, notes, clients, prospects): every record an event
+ * was sent about, against the sandbox's own record now. Run before the reconciliation too, so that
+ * what the events did on their own is judged, not only what the reconciliation repaired.
+ */
+export const judgeEvents = async (sandbox: Sandbox["Service"], query: Query) => {
   const admin = sandbox.admin
   const mismatches: Array<string> = []
-  const figures: Record<string, number> = {}
-  const Sql = PgClient.layer({ url: Redacted.make(database.url), maxConnections: 2 }).pipe(
-    Layer.provide(Reactivity.layer)
-  )
-  const query = <A extends object = Json>(statement: string, params: ReadonlyArray<unknown> = []) =>
-    Effect.runPromise(
-      Effect.flatMap(PgClient.PgClient, (sql) => sql.unsafe<A>(statement, params as Array<unknown>)).pipe(
-        Effect.provide(Sql)
-      )
-    )
-
-  // 1. Listings: field by field, deletions included (compareTable counts live rows too).
   let compared = 0
-  for (const [table, path] of Object.entries(listings)) {
-    const truth = await listAll(sandbox.baseUrl, input.token, path)
-    compared += truth.length
-    const problems = await Effect.runPromise(compareTable(table, truth).pipe(Effect.provide(Sql)))
-    mismatches.push(...problems)
-  }
-
-  // 2. Webhook resources: every record an event was sent about, as the sandbox holds it now.
   const messages = await run(admin.messages())
   for (const [table, spec] of Object.entries(eventResources)) {
     const ids = new Set(messages.filter((m) => m.event_type.startsWith(spec.prefix)).map((m) => m.record_id))
@@ -162,6 +160,37 @@ export const judge = async (input: VerdictInput) => {
       }
     }
   }
+  return { mismatches, compared }
+}
+
+export const judge = async (input: VerdictInput) => {
+  const { sandbox, database } = input
+  const admin = sandbox.admin
+  const mismatches: Array<string> = []
+  const figures: Record<string, number> = {}
+  const Sql = PgClient.layer({ url: Redacted.make(database.url), maxConnections: 2 }).pipe(
+    Layer.provide(Reactivity.layer)
+  )
+  const query = <A extends object = Json>(statement: string, params: ReadonlyArray<unknown> = []) =>
+    Effect.runPromise(
+      Effect.flatMap(PgClient.PgClient, (sql) => sql.unsafe<A>(statement, params as Array<unknown>)).pipe(
+        Effect.provide(Sql)
+      )
+    )
+
+  // 1. Listings: field by field, deletions included (compareTable counts live rows too).
+  let compared = 0
+  for (const [table, path] of Object.entries(listings)) {
+    const truth = await listAll(sandbox.baseUrl, input.token, path)
+    compared += truth.length
+    const problems = await Effect.runPromise(compareTable(table, truth).pipe(Effect.provide(Sql)))
+    mismatches.push(...problems)
+  }
+
+  // 2. What events bring, after the reconciliation (run.ts judges it before, too).
+  const events = await judgeEvents(sandbox, query)
+  mismatches.push(...events.mismatches)
+  compared += events.compared
   figures.records_compared = compared
 
   // 3. Deliveries: each message answered 2xx is in the inbox once, and applied.
