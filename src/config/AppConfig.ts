@@ -248,8 +248,26 @@ const Env = Config.all({
   baseUrl: Config.option(Config.String("CRM_BASE_URL")),
   token: Config.option(Config.String("CRM_TOKEN")),
   tokenKind: Config.option(Config.String("CRM_TOKEN_KIND")),
-  webhookSecret: Config.option(Config.String("CRM_WEBHOOK_SECRET"))
+  webhookSecret: Config.option(Config.String("CRM_WEBHOOK_SECRET")),
+  reconcileSchedule: Config.option(Config.String("RECONCILE_SCHEDULE"))
 })
+
+/** Every environment variable crm-sync reads (besides those a config file names as `{"env": NAME}`). */
+export const EnvironmentVariables = [
+  "CRM_SYNC_CONFIG",
+  "DATABASE_URL",
+  "CRM_SYNC_DATA_DIR",
+  "CRM_SYNC_ENCRYPTION_KEY",
+  "WEBHOOK_PORT",
+  "ADMIN_PORT",
+  "CRM_SYNC_ADMIN_TOKEN",
+  "LOG_LEVEL",
+  "CRM_BASE_URL",
+  "CRM_TOKEN",
+  "CRM_TOKEN_KIND",
+  "CRM_WEBHOOK_SECRET",
+  "RECONCILE_SCHEDULE"
+] as const
 
 type Json = Record<string, unknown>
 
@@ -268,6 +286,11 @@ export const mergeEnv = (file: Json, env: typeof Env extends Config.Config<infer
   set("admin_port", env.adminPort, (raw) => (/^\d+$/.test(raw) ? Number(raw) : raw))
   set("admin_token", env.adminToken)
   set("log_level", env.logLevel)
+  if (Option.isSome(env.reconcileSchedule) && env.reconcileSchedule.value !== "") {
+    const schedules: Json = isRecord(document.schedules) ? { ...document.schedules } : {}
+    schedules.reconcile = env.reconcileSchedule.value
+    document.schedules = schedules
+  }
 
   const hasConnectionEnv = [env.baseUrl, env.token, env.tokenKind].some(Option.isSome)
   if (hasConnectionEnv) {

@@ -843,6 +843,13 @@ export type ReconcileRequirements = AppConfig | SqlClient | Warehouse | RateBudg
 // The daemon's schedule
 // ---------------------------------------------------------------------------------------------
 
+/**
+ * `schedules.reconcile: "off"`: the daemon never reconciles; a scheduler outside it runs
+ * `crm-sync reconcile` (ops/kubernetes: the CronJob). Never both: they would share the window's
+ * reconcile allowance, and the lease makes the second wait for the first.
+ */
+export const RECONCILE_OFF = "off"
+
 /** `schedules.reconcile`, a cron expression read in UTC (5 fields, or 6 with seconds). */
 export const parseSchedule = (expression: string) =>
   Result.match(Cron.parse(expression, "UTC"), {
@@ -930,6 +937,12 @@ const scheduleLoop = (client: CrmClientShape, cron: Cron.Cron) =>
 export const ReconcileSchedulerLive = Layer.effectDiscard(
   Effect.gen(function* () {
     const config = yield* AppConfig
+    if (config.schedules.reconcile === RECONCILE_OFF) {
+      yield* Effect.logInfo(
+        "reconcile: the daemon's schedule is off (schedules.reconcile = off); run `crm-sync reconcile` from a scheduler"
+      )
+      return
+    }
     const cron = yield* parseSchedule(config.schedules.reconcile)
     for (const connection of config.connections) {
       const client = yield* CrmClient.make(connection.name).pipe(Effect.orDie)

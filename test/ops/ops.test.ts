@@ -8,8 +8,9 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Redacted } from "effect"
-import { decodeDocument, envRefNames, resolveEnvRefs } from "../../src/config/AppConfig.ts"
+import { decodeDocument, EnvironmentVariables, envRefNames, resolveEnvRefs } from "../../src/config/AppConfig.ts"
 import { KnownEventTypes, UntypedEventTypes } from "../../src/crm/Events.ts"
+import { composeProblems, type Known, kubernetesProblems } from "./manifests.ts"
 import { readdirSync, readFileSync, statSync } from "node:fs"
 import { join } from "node:path"
 import { fileURLToPath } from "node:url"
@@ -104,6 +105,33 @@ describe("ops", () => {
       for (const endpoint of endpoints) assert.match(Redacted.value(endpoint.secrets[0]!), /^whsec_/)
     })
   )
+
+  it("every manifest parses, has its kind's shape, and names only commands, variables and ports crm-sync has", () => {
+    const known: Known = {
+      commands: new Set([...read("src/main.ts").matchAll(/Command\.make\(\s*"([a-z]+)"/g)].map((match) => match[1]!)),
+      env: new Set([...EnvironmentVariables, ...envRefNames(JSON.parse(read("ops/kubernetes/config.json")))])
+    }
+    assert.include(known.commands, "reconcile")
+    const manifests = read("ops/kubernetes/crm-sync.yaml")
+    assert.deepStrictEqual(kubernetesProblems(manifests, known), [])
+    assert.deepStrictEqual(composeProblems(read("ops/compose.yaml"), known), [])
+    for (const kind of ["Deployment", "CronJob", "Job", "PodDisruptionBudget", "NetworkPolicy", "Service"]) {
+      assert.include(manifests, `kind: ${kind}`)
+    }
+
+    // The check fails on a manifest that names what crm-sync does not have.
+    const broken = manifests
+      .replace('args: ["reconcile"]', 'args: ["reconciliate"]')
+      .replace("name: LOG_LEVEL,", "name: LOGLEVEL,")
+      .replace("httpGet: { path: /readyz, port: admin }", "httpGet: { path: /readyz, port: status }")
+    assert.deepStrictEqual(kubernetesProblems(broken, known), [
+      "Deployment/crm-sync container crm-sync: sets LOGLEVEL, which crm-sync does not read",
+      "Deployment/crm-sync container crm-sync: readinessProbe on unknown port status",
+      'CronJob/crm-sync-reconcile container reconcile: runs "reconciliate", not a crm-sync command'
+    ])
+    const brokenCompose = read("ops/compose.yaml").replace('ADMIN_PORT: "9090"', 'ADMIN_PORT: "9191"')
+    assert.deepStrictEqual(composeProblems(brokenCompose, known), ["compose: ADMIN_PORT 9191 is not published"])
+  })
 
   it("every launcher starts Node with crm-sync's V8 flags", () => {
     const flag = "--max-semi-space-size=32"

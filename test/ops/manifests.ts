@@ -1,0 +1,139 @@
+/**
+ * Checks of the shipped manifests as a platform team's tooling would parse them (the `yaml`
+ * package, every document): each object has the shape its `apiVersion`/`kind` claims, every
+ * container runs a real `crm-sync` command with environment variables crm-sync reads (or that the
+ * config file names), every port a probe, Service or NetworkPolicy names is one the pod declares,
+ * and declared ports agree with WEBHOOK_PORT / ADMIN_PORT. `problems` returns what is wrong
+ * (empty: nothing), so a test can show a broken manifest failing.
+ */
+import { parseAllDocuments } from "yaml"
+
+type Json = Record<string, any>
+
+/** apiVersion and the fields every object of a kind must have (the Kubernetes API's required ones). */
+const shapes: Record<string, { readonly apiVersion: string; readonly required: ReadonlyArray<string> }> = {
+  Deployment: { apiVersion: "apps/v1", required: ["spec.selector", "spec.template.spec.containers"] },
+  Job: { apiVersion: "batch/v1", required: ["spec.template.spec.containers", "spec.template.spec.restartPolicy"] },
+  CronJob: { apiVersion: "batch/v1", required: ["spec.schedule", "spec.jobTemplate.spec.template.spec.containers"] },
+  Service: { apiVersion: "v1", required: ["spec.selector", "spec.ports"] },
+  PodDisruptionBudget: { apiVersion: "policy/v1", required: ["spec.selector"] },
+  NetworkPolicy: { apiVersion: "networking.k8s.io/v1", required: ["spec.podSelector"] },
+  ConfigMap: { apiVersion: "v1", required: [] }
+}
+
+const at = (object: Json, path: string): unknown =>
+  path.split(".").reduce<unknown>((value, key) => (value as Json | undefined)?.[key], object)
+
+/** The pod template of a workload object, if it has one. */
+const podOf = (object: Json): Json | undefined =>
+  (at(object, "spec.template.spec") ?? at(object, "spec.jobTemplate.spec.template.spec")) as Json | undefined
+
+export interface Known {
+  /** `crm-sync` commands (top level). */
+  readonly commands: ReadonlySet<string>
+  /** Environment variables crm-sync reads, and those the shipped config file names. */
+  readonly env: ReadonlySet<string>
+}
+
+/** What is wrong with the Kubernetes manifests in `text` (several YAML documents). */
+export const kubernetesProblems = (text: string, known: Known): ReadonlyArray<string> => {
+  const problems: Array<string> = []
+  const objects = parseAllDocuments(text).map((document) => {
+    if (document.errors.length > 0) problems.push(`YAML: ${document.errors[0]!.message}`)
+    return document.toJS() as Json
+  })
+  const podPorts = new Map<string, number>()
+  for (const object of objects) {
+    const name = `${object.kind}/${object.metadata?.name ?? "(no name)"}`
+    const shape = shapes[object.kind]
+    if (shape === undefined) {
+      problems.push(`${name}: a kind this check does not know`)
+      continue
+    }
+    if (object.apiVersion !== shape.apiVersion)
+      problems.push(`${name}: apiVersion ${object.apiVersion}, expected ${shape.apiVersion}`)
+    if (typeof object.metadata?.name !== "string") problems.push(`${name}: no metadata.name`)
+    for (const field of shape.required) if (at(object, field) === undefined) problems.push(`${name}: no ${field}`)
+    const pod = podOf(object)
+    for (const container of (pod?.containers ?? []) as ReadonlyArray<Json>) {
+      const where = `${name} container ${container.name}`
+      const command = (container.args as ReadonlyArray<string> | undefined)?.[0]
+      if (command === undefined || !known.commands.has(command))
+        problems.push(`${where}: runs "${command}", not a crm-sync command`)
+      const env = new Map<string, string>()
+      for (const variable of (container.env ?? []) as ReadonlyArray<Json>) {
+        env.set(variable.name, String(variable.value ?? ""))
+        if (!known.env.has(variable.name))
+          problems.push(`${where}: sets ${variable.name}, which crm-sync does not read`)
+      }
+      const ports = new Map<string, number>()
+      for (const port of (container.ports ?? []) as ReadonlyArray<Json>) {
+        ports.set(port.name, port.containerPort)
+        podPorts.set(port.name, port.containerPort)
+      }
+      // Declared ports are the ones crm-sync listens on.
+      if (
+        ports.has("webhooks") &&
+        env.has("WEBHOOK_PORT") &&
+        String(ports.get("webhooks")) !== env.get("WEBHOOK_PORT")
+      ) {
+        problems.push(`${where}: port webhooks is ${ports.get("webhooks")}, WEBHOOK_PORT ${env.get("WEBHOOK_PORT")}`)
+      }
+      if (ports.has("admin") && env.has("ADMIN_PORT") && String(ports.get("admin")) !== env.get("ADMIN_PORT")) {
+        problems.push(`${where}: port admin is ${ports.get("admin")}, ADMIN_PORT ${env.get("ADMIN_PORT")}`)
+      }
+      for (const probe of ["livenessProbe", "readinessProbe"]) {
+        const port = at(container, `${probe}.httpGet.port`)
+        if (port !== undefined && typeof port === "string" && !ports.has(port))
+          problems.push(`${where}: ${probe} on unknown port ${port}`)
+      }
+    }
+  }
+  // Services and policies name ports the pods declare.
+  for (const object of objects) {
+    const name = `${object.kind}/${object.metadata?.name}`
+    if (object.kind === "Service") {
+      for (const port of (object.spec?.ports ?? []) as ReadonlyArray<Json>) {
+        if (typeof port.targetPort === "string" && !podPorts.has(port.targetPort))
+          problems.push(`${name}: targetPort ${port.targetPort} is no pod port`)
+      }
+    }
+    if (object.kind === "NetworkPolicy") {
+      for (const rule of (object.spec?.ingress ?? []) as ReadonlyArray<Json>) {
+        for (const port of (rule.ports ?? []) as ReadonlyArray<Json>) {
+          if (typeof port.port === "string" && !podPorts.has(port.port))
+            problems.push(`${name}: port ${port.port} is no pod port`)
+        }
+        // Only the webhook port may be open to anything outside the namespace.
+        if (rule.from === undefined && (rule.ports ?? []).some((port: Json) => port.port !== "webhooks")) {
+          problems.push(`${name}: a port other than webhooks is open to every source`)
+        }
+      }
+    }
+  }
+  return problems
+}
+
+/** What is wrong with the compose file: commands, environment, published ports. */
+export const composeProblems = (text: string, known: Known): ReadonlyArray<string> => {
+  const problems: Array<string> = []
+  const compose = parseAllDocuments(text)[0]!.toJS() as Json
+  const service = compose.services?.["crm-sync"] as Json | undefined
+  if (service === undefined) return ["compose: no crm-sync service"]
+  const command = (service.command as ReadonlyArray<string> | undefined)?.[0]
+  if (command === undefined || !known.commands.has(command))
+    problems.push(`compose: runs "${command}", not a crm-sync command`)
+  const env = (service.environment ?? {}) as Record<string, string>
+  for (const name of Object.keys(env)) {
+    if (!known.env.has(name)) problems.push(`compose: sets ${name}, which crm-sync does not read`)
+  }
+  const published = ((service.ports ?? []) as ReadonlyArray<string>).map((port) => port.split(":").at(-1))
+  for (const [variable, value] of [
+    ["WEBHOOK_PORT", env.WEBHOOK_PORT],
+    ["ADMIN_PORT", env.ADMIN_PORT]
+  ] as const) {
+    if (value !== undefined && !published.includes(String(value)))
+      problems.push(`compose: ${variable} ${value} is not published`)
+  }
+  return problems
+}
