@@ -41,6 +41,14 @@ describe("AppConfig", () => {
     })
   )
 
+  it.effect("RECONCILE_SCHEDULE sets schedules.reconcile (off: a scheduler outside the daemon reconciles)", () =>
+    Effect.gen(function* () {
+      const config = yield* load({ RECONCILE_SCHEDULE: "off" })
+      assert.strictEqual(config.schedules.reconcile, "off")
+      assert.strictEqual((yield* load({})).schedules.reconcile, "0 3 * * *")
+    })
+  )
+
   it.effect("secrets never print", () =>
     Effect.gen(function* () {
       const config = yield* load({ CRM_BASE_URL: "https://crm.example.test", CRM_TOKEN: "pat_supersecret" })

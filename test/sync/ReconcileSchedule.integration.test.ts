@@ -61,3 +61,21 @@ layer(harness({ config: { schedules: { reconcile: "0 3 * * *" } } }), { timeout:
     )
   }
 )
+
+// Off: a scheduler outside the daemon (the Kubernetes CronJob) runs `crm-sync reconcile`.
+layer(harness({ config: { schedules: { reconcile: "off" } } }), { timeout: 120_000, excludeTestServices: true })(
+  "reconcile schedule off",
+  (it) => {
+    it.effect("the daemon never reconciles, even when a run was missed", () =>
+      Effect.gen(function* () {
+        const sql = yield* SqlClient
+        // A run on record three days ago: with a schedule, the daemon would catch up at start.
+        yield* sql`
+          INSERT INTO crm_sync.job_runs (job, connection, status, started_at, finished_at)
+          VALUES ('reconcile', 'default', 'succeeded', now() - interval '3 days', now() - interval '3 days')`
+        yield* daemonFor(1_500)
+        assert.lengthOf(yield* runs, 1, "only the run on record")
+      })
+    )
+  }
+)
