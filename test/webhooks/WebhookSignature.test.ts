@@ -6,6 +6,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Duration, Redacted, Result } from "effect"
 import { Headers } from "effect/http"
+import { createHmac } from "node:crypto"
 import { Webhook } from "standardwebhooks"
 import { makeSignatureVerifier, readDeliveryHeaders } from "../../src/webhooks/WebhookSignature.ts"
 import { makeSecret } from "./harness.ts"
@@ -67,6 +68,21 @@ describe("SignatureVerifier", () => {
     const wire = { "webhook-id": "msg_1", "webhook-timestamp": String(timestamp), "webhook-signature": signature }
     assert.doesNotThrow(() => new Webhook(secret).verify(body, wire))
     assert.strictEqual(reason(verifier.verify(delivery(timestamp, signature), bytes, Date.now())), "ok")
+  })
+
+  it("signs the exact bytes: bodies that differ only in bytes that are not UTF-8 do not share a signature", () => {
+    const at = now * 1000
+    // Both decode to the same text ("{\uFFFD}"); the library, given a Buffer, signs that text.
+    const first = new Uint8Array([0x7b, 0xff, 0x7d])
+    const second = new Uint8Array([0x7b, 0xfe, 0x7d])
+    const exact = (payload: Uint8Array) =>
+      `v1,${createHmac("sha256", Buffer.from(secret.slice("whsec_".length), "base64"))
+        .update(Buffer.concat([Buffer.from(`msg_1.${now}.`), payload]))
+        .digest("base64")}`
+    assert.strictEqual(reason(verifier.verify(delivery(now, exact(first)), first, at)), "ok")
+    assert.strictEqual(reason(verifier.verify(delivery(now, exact(first)), second, at)), "bad_signature")
+    const lossy = new Webhook(secret).sign("msg_1", new Date(now * 1000), Buffer.from(first))
+    assert.strictEqual(reason(verifier.verify(delivery(now, lossy), second, at)), "bad_signature")
   })
 
   it("refuses a changed body, another id, another secret, and accepts any one matching signature", () => {
