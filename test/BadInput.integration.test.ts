@@ -154,7 +154,7 @@ const webhookCases: ReadonlyArray<WebhookCase> = [
     name: "signed JSON nested 1,500 deep",
     request: () => signed(`{"event_type":"task.created","task":${"[".repeat(1500)}${"]".repeat(1500)}}`),
     status: 200,
-    stored: "unapplied"
+    stored: "dead"
   }
 ]
 

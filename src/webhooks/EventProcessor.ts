@@ -50,6 +50,7 @@ import * as Models from "../crm/Models.ts"
 import * as Metrics from "../observability/Metrics.ts"
 import { type Resource, Warehouse, WarehouseError } from "../warehouse/Warehouse.ts"
 import { TranscriptReader } from "./TranscriptReader.ts"
+import { nestsDeeperThan, tooDeep } from "./JsonDepth.ts"
 import {
   type ClaimedRow,
   type Failure,
@@ -236,8 +237,13 @@ const utf8 = new TextDecoder("utf-8", { fatal: true })
 
 const parseBody = (row: ClaimedRow) =>
   Effect.try({
-    try: () => JSON.parse(utf8.decode(row.body)) as unknown,
-    catch: () => "the body is not UTF-8 JSON"
+    try: () => {
+      const text = utf8.decode(row.body)
+      if (nestsDeeperThan(text)) throw new RangeError(tooDeep)
+      return JSON.parse(text) as unknown
+    },
+    catch: (cause) =>
+      cause instanceof RangeError && cause.message === tooDeep ? tooDeep : "the body is not UTF-8 JSON"
   })
 
 /** Decodes one claimed row into its writes, or the final status it gets without any. */

@@ -26,6 +26,7 @@ import { AppConfig, type WebhookEndpoint } from "../config/AppConfig.ts"
 import * as Metrics from "../observability/Metrics.ts"
 import { InboxUnavailable, InboxWriter } from "./InboxWriter.ts"
 import type { InboxRow } from "./WebhookInbox.ts"
+import { nestsDeeperThan, tooDeep } from "./JsonDepth.ts"
 import {
   makeSignatureVerifier,
   readDeliveryHeaders,
@@ -57,8 +58,17 @@ const utf8 = new TextDecoder("utf-8", { fatal: true })
 /** What the inbox needs to know of a body: whether it is JSON, and the event type it names. */
 const inspectBody = (body: Uint8Array) =>
   Effect.try({
-    try: () => JSON.parse(utf8.decode(body)) as unknown,
-    catch: (cause) => (cause instanceof SyntaxError ? `body is not JSON: ${cause.message}` : "body is not UTF-8")
+    try: () => {
+      const text = utf8.decode(body)
+      if (nestsDeeperThan(text)) throw new RangeError(tooDeep)
+      return JSON.parse(text) as unknown
+    },
+    catch: (cause) =>
+      cause instanceof SyntaxError
+        ? `body is not JSON: ${cause.message}`
+        : cause instanceof RangeError && cause.message === tooDeep
+          ? tooDeep
+          : "body is not UTF-8"
   }).pipe(
     Effect.map((json) =>
       Predicate.isObject(json) && "event_type" in json && Predicate.isString(json.event_type) && json.event_type !== ""
