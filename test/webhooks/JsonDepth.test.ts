@@ -12,8 +12,8 @@ describe("nestsDeeperThan", () => {
     assert.isFalse(nestsDeeperThan(nested(MAX_JSON_DEPTH)))
     assert.isTrue(nestsDeeperThan(nested(MAX_JSON_DEPTH + 1)))
     assert.isTrue(nestsDeeperThan(`{"a":${nested(100_000)}}`))
-    assert.isFalse(nestsDeeperThan('{"task":{"tags":[{"id":"t1"}]}}', 3))
-    assert.isTrue(nestsDeeperThan('{"task":{"tags":[{"id":"t1"}]}}', 2))
+    assert.isFalse(nestsDeeperThan('{"task":{"tags":[{"id":"t1"}]}}', 4))
+    assert.isTrue(nestsDeeperThan('{"task":{"tags":[{"id":"t1"}]}}', 3))
   })
 
   it("skips brackets inside strings, escaped quotes included", () => {
