@@ -254,6 +254,23 @@ const connection = (fields: Record<string, unknown> = {}) => ({
   connections: [{ name: "x", base_url: "https://crm.test", credential: "personal", token: "t", ...fields }]
 })
 
+const oauthConnection = (oauth: Record<string, unknown>) => ({
+  connections: [
+    {
+      name: "x",
+      base_url: "https://crm.test",
+      credential: "oauth",
+      oauth: {
+        client_id: "id",
+        client_secret: "secret",
+        auth_url: "https://crm.test/oauth/authorize",
+        token_url: "https://crm.test/oauth/token",
+        ...oauth
+      }
+    }
+  ]
+})
+
 const configCases: ReadonlyArray<{ name: string; document: Record<string, unknown>; key: string }> = [
   { name: "a port that is not a number", document: { webhook_port: "eighty" }, key: "webhook_port" },
   {
@@ -273,6 +290,16 @@ const configCases: ReadonlyArray<{ name: string; document: Record<string, unknow
     name: "two connections with one name",
     document: { connections: [connection().connections[0], connection().connections[0]] },
     key: "connections[1].name"
+  },
+  {
+    name: "an OAuth token_url over plain http to another host",
+    document: oauthConnection({ token_url: "http://auth.example.com/token" }),
+    key: "connections[0].oauth.token_url"
+  },
+  {
+    name: "an OAuth redirect_uri that is not this machine",
+    document: oauthConnection({ redirect_uri: "https://crm-sync.example.com/oauth/callback" }),
+    key: "connections[0].oauth.redirect_uri"
   },
   {
     name: "a tolerance longer than the retention",

@@ -51,6 +51,27 @@ const BaseUrl = Schema.URLFromString.check(
   )
 )
 
+const isLoopback = (url: URL) => ["127.0.0.1", "localhost", "[::1]"].includes(url.hostname)
+
+/** An OAuth server address: https, or http on this machine only (a test server, the sandbox). */
+const OAuthServerUrl = Schema.URLFromString.check(
+  Schema.makeFilter((url: URL) =>
+    url.protocol === "https:" || (url.protocol === "http:" && isLoopback(url))
+      ? undefined
+      : `must be https (http only on a loopback address), got ${url.protocol}//${url.host}`
+  )
+)
+
+/** The code comes back to crm-sync itself, on this machine (RFC 8252 §7.3: loopback redirect). */
+const RedirectUri = Schema.String.check(
+  Schema.makeFilter((value: string) => {
+    const url = URL.canParse(value) ? new URL(value) : undefined
+    return url !== undefined && url.protocol === "http:" && isLoopback(url)
+      ? undefined
+      : "must be an http:// loopback address crm-sync listens on (127.0.0.1, localhost or [::1])"
+  })
+)
+
 const PositiveInt = Schema.Int.check(Schema.isGreaterThan(0))
 const Share = Schema.Finite.check(Schema.isBetween({ minimum: 0, maximum: 1 }))
 
@@ -90,9 +111,9 @@ const Limits = Schema.Struct({
 const OAuth = Schema.Struct({
   client_id: Schema.NonEmptyString,
   client_secret: Secret,
-  auth_url: Schema.URLFromString,
-  token_url: Schema.URLFromString,
-  redirect_uri: withDefault(Schema.String, "http://127.0.0.1:8765/oauth/callback"),
+  auth_url: OAuthServerUrl,
+  token_url: OAuthServerUrl,
+  redirect_uri: withDefault(RedirectUri, "http://127.0.0.1:8765/oauth/callback"),
   scope: Schema.optionalKey(Schema.String),
   company_id: Schema.optionalKey(Schema.String)
 })

@@ -136,10 +136,15 @@ export const connect = Effect.fn("Connect.connect")(function* (connectionName: s
         yield* reply(response, 404, "Not found", "This is crm-sync's OAuth callback; nothing else is served here.")
         continue
       }
-      // RFC 6749 §10.12: a callback that does not carry our state is not the answer to our request.
+      // RFC 6749 §10.12: a callback that does not carry our state is not the answer to our
+      // request — refused, and the flow goes on waiting for the one that is (anyone who can reach
+      // the port could send a forged one first).
       if (!sameState(authorization.state, url.searchParams.get("state"))) {
         yield* reply(response, 400, "crm-sync: refused", "The callback's state does not match; nothing was stored.")
-        return yield* failed("the callback's state does not match the authorization request; nothing was stored")
+        yield* Effect.logWarning("connect: a callback whose state does not match was refused; still waiting").pipe(
+          Effect.annotateLogs({ connection: connection.name })
+        )
+        continue
       }
       const error = url.searchParams.get("error")
       if (error !== null) {

@@ -181,17 +181,31 @@ layer(Stack, { excludeTestServices: true })("Credentials (OAuth)", (it) => {
     })
   )
 
-  it.effect("a callback with another state is refused and nothing is stored", () =>
+  it.effect("a callback with another state is refused, nothing is stored, and the flow waits for ours", () =>
     Effect.gen(function* () {
-      const error = yield* Effect.flip(
-        connectWith("forged", (callback) => {
-          callback.searchParams.set("state", "forged-state-value")
-          return callback
-        })
-      )
-      assert.strictEqual(error._tag, "ConnectFailed")
-      assert.include(error.message, "state")
-      assert.isUndefined(yield* storedRow("forged"))
+      const http = yield* HttpClient.HttpClient
+      const sql = yield* SqlClient
+      const forgedStatus: Array<number> = []
+      const stored: Array<boolean> = []
+      // A forged callback reaches the port first; then the browser's own.
+      const browserAfterForgery = (address: string) =>
+        Effect.gen(function* () {
+          const authorize = yield* http.execute(HttpClientRequest.get(address))
+          const callback = new URL(authorize.headers.location!)
+          const forged = new URL(callback)
+          forged.searchParams.set("state", "forged-state-value")
+          const refused = yield* http.execute(HttpClientRequest.get(forged))
+          forgedStatus.push(refused.status)
+          stored.push((yield* storedRow("forged")) !== undefined)
+          yield* (yield* http.execute(HttpClientRequest.get(callback))).text
+        }).pipe(Effect.provideService(SqlClient, sql), Effect.orDie)
+      const connected = yield* connect("forged", {
+        onAuthorizeUrl: (address) => browserAfterForgery(address).pipe(Effect.forkDetach, Effect.asVoid)
+      })
+      assert.deepStrictEqual(forgedStatus, [400])
+      assert.deepStrictEqual(stored, [false], "nothing stored for the forged callback")
+      assert.strictEqual(connected.connection, "forged")
+      assert.isDefined(yield* storedRow("forged"))
     })
   )
 
