@@ -12,10 +12,9 @@ import { HttpRouter, HttpServerRequest, HttpServerResponse } from "effect/http"
 import { SqlClient } from "effect/sql/SqlClient"
 import { timingSafeEqual } from "node:crypto"
 import { AppConfig } from "../config/AppConfig.ts"
-import { DatabaseInfo } from "../warehouse/Database.ts"
 import { HealthRoutes } from "./Health.ts"
 import { renderStatusPage, statusDetails } from "./StatusPage.ts"
-import { StatusRoute, statusReport } from "./StatusReport.ts"
+import { StatusRoute, StatusSnapshot } from "./StatusReport.ts"
 
 /** Paths answered without the token: liveness and readiness probes. */
 const OPEN_PATHS = new Set(["/healthz", "/readyz"])
@@ -57,13 +56,13 @@ const intervals = (config: AppConfig["Service"]) => ({
 const StatusPageRoute = HttpRouter.use(
   Effect.fnUntraced(function* (router) {
     const config = yield* AppConfig
-    const database = yield* DatabaseInfo
+    const snapshot = yield* StatusSnapshot
     const sql = yield* SqlClient
     yield* router.add(
       "GET",
       "/",
       Effect.gen(function* () {
-        const report = yield* statusReport(config, database)
+        const report = yield* snapshot.current
         const details = yield* statusDetails(intervals(config))
         return HttpServerResponse.html(renderStatusPage(report, details))
       }).pipe(
@@ -77,7 +76,7 @@ const StatusPageRoute = HttpRouter.use(
 /** Every admin route, and the token check when `admin_token` is set. */
 export const AdminRoutes = Layer.unwrap(
   Effect.map(AppConfig, (config) => {
-    const routes = Layer.mergeAll(HealthRoutes, StatusRoute, StatusPageRoute)
+    const routes = Layer.mergeAll(HealthRoutes, StatusRoute, StatusPageRoute).pipe(Layer.provide(StatusSnapshot.layer))
     return config.admin_token === undefined ? routes : Layer.mergeAll(routes, requireToken(config.admin_token))
   })
 )

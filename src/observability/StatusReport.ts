@@ -4,7 +4,7 @@
  * process sharing the database, not just this one. Secrets never appear: connections are shown
  * by name, URL and credential kind only.
  */
-import { Duration, Effect } from "effect"
+import { Context, Duration, Effect, Layer } from "effect"
 import { HttpRouter, HttpServerResponse } from "effect/http"
 import { SqlClient } from "effect/sql/SqlClient"
 import { AppConfig, type AppConfigShape } from "../config/AppConfig.ts"
@@ -31,6 +31,8 @@ export interface BucketStatus {
 }
 
 export interface StatusReport {
+  /** When this report was made (over HTTP it may be up to SNAPSHOT_TTL old). */
+  readonly generated_at: string
   readonly config: {
     readonly origin: string
     readonly connections: ReadonlyArray<{ name: string; base_url: string; credential: string; egress: string }>
@@ -111,6 +113,7 @@ export const statusReport = Effect.fn("StatusReport.make")(function* (
     SELECT DISTINCT ON (job, connection) job, connection, status, finished_at
     FROM crm_sync.job_runs ORDER BY job, connection, id DESC`
   return {
+    generated_at: new Date(yield* Effect.clockWith((clock) => clock.currentTimeMillis)).toISOString(),
     config: {
       origin: config.origin,
       connections: config.connections.map((connection) => ({
@@ -198,17 +201,41 @@ export const renderStatus = (report: StatusReport): string => {
   return lines.join("\n")
 }
 
-/** `GET /status` on the webhook port: the same report as `crm-sync status --json`. */
+/** How old a report served over HTTP may be. */
+export const SNAPSHOT_TTL = Duration.seconds(5)
+
+/**
+ * The report served over HTTP (`/status`, the status page): computed at most once every
+ * SNAPSHOT_TTL however many callers ask, so its cost to the database — a count over every table —
+ * does not grow with them (16 concurrent callers once slowed webhook acknowledgements 12-fold).
+ */
+export class StatusSnapshot extends Context.Service<
+  StatusSnapshot,
+  { readonly current: Effect.Effect<StatusReport, unknown> }
+>()("crm-sync/observability/StatusSnapshot") {
+  static readonly layer = Layer.effect(
+    StatusSnapshot,
+    Effect.gen(function* () {
+      const config = yield* AppConfig
+      const database = yield* DatabaseInfo
+      const sql = yield* SqlClient
+      const current = yield* Effect.cachedWithTTL(
+        statusReport(config, database).pipe(Effect.provideService(SqlClient, sql)),
+        SNAPSHOT_TTL
+      )
+      return StatusSnapshot.of({ current })
+    })
+  )
+}
+
+/** `GET /status`: the same report as `crm-sync status --json` (at most SNAPSHOT_TTL old). */
 export const StatusRoute = HttpRouter.use(
   Effect.fnUntraced(function* (router) {
-    const config = yield* AppConfig
-    const database = yield* DatabaseInfo
-    const sql = yield* SqlClient
+    const snapshot = yield* StatusSnapshot
     yield* router.add(
       "GET",
       "/status",
-      statusReport(config, database).pipe(
-        Effect.provideService(SqlClient, sql),
+      snapshot.current.pipe(
         Effect.map((report) => HttpServerResponse.jsonUnsafe(report)),
         Effect.catch(() => Effect.succeed(HttpServerResponse.text("status unavailable\n", { status: 503 })))
       )

@@ -1,0 +1,32 @@
+/**
+ * The status served over HTTP is a snapshot: however many callers ask at once, the report (a count
+ * over every table) is made once per SNAPSHOT_TTL.
+ */
+import { assert, layer } from "@effect/vitest"
+import { Effect, Layer } from "effect"
+import { AppConfig } from "../../src/config/AppConfig.ts"
+import { StatusSnapshot } from "../../src/observability/StatusReport.ts"
+import { DatabaseInfo } from "../../src/warehouse/Database.ts"
+import { TestDatabase } from "../support/TestDatabase.ts"
+
+const World = StatusSnapshot.layer.pipe(
+  Layer.provideMerge(AppConfig.layerFrom({})),
+  Layer.provideMerge(Layer.succeed(DatabaseInfo, { kind: "external", location: "the test database" })),
+  Layer.provideMerge(TestDatabase)
+)
+
+layer(World, { timeout: 60_000, excludeTestServices: true })("status snapshot", (it) => {
+  it.effect("twenty callers at once get one report; a later caller a fresh one", () =>
+    Effect.gen(function* () {
+      const snapshot = yield* StatusSnapshot
+      const reports = yield* Effect.all(
+        Array.from({ length: 20 }, () => snapshot.current),
+        { concurrency: "unbounded" }
+      )
+      assert.strictEqual(new Set(reports.map((report) => report.generated_at)).size, 1)
+      yield* Effect.sleep("5500 millis")
+      const later = yield* snapshot.current
+      assert.notStrictEqual(later.generated_at, reports[0]!.generated_at)
+    })
+  )
+})
