@@ -6,13 +6,13 @@
  * command, whose finalizers (database pool, embedded PostgreSQL, servers) then run in order.
  */
 import { NodeHttpClient, NodeHttpServer, NodeRuntime, NodeServices } from "@effect/platform-node"
-import { Cause, Console, Effect, Exit, Layer, Logger, Option, Predicate, References, Runtime, Schema } from "effect"
+import { Cause, Console, Duration, Effect, Exit, Layer, Logger, Option, Predicate, References, Runtime, Schema } from "effect"
 import { HttpRouter } from "effect/http"
 import { SqlClient } from "effect/sql/SqlClient"
 import { createServer } from "node:http"
 import { Argument, CliError, Command, Flag } from "effect/cli"
 import packageJson from "../package.json" with { type: "json" }
-import { AppConfig, ConfigInvalid } from "./config/AppConfig.ts"
+import { AppConfig, type AppConfigShape, ConfigInvalid } from "./config/AppConfig.ts"
 import * as Outbox from "./outbound/Outbox.ts"
 import { RateBudget } from "./budget/RateBudget.ts"
 import * as Connect from "./crm/Connect.ts"
@@ -88,7 +88,7 @@ const Daemon = Layer.unwrap(
     const webhookHttp = HttpRouter.serve(Layer.mergeAll(WebhookIntake.routes, LivenessRoute), serveOptions).pipe(
       Layer.provide(WebhookIntake.layer),
       Layer.provide(InboxWriter.layer),
-      Layer.provide(NodeHttpServer.layer(createServer, { port: config.webhook_port }))
+      Layer.provide(NodeHttpServer.layer(() => webhookServer(config), { port: config.webhook_port }))
     )
     const adminHttp = HttpRouter.serve(AdminRoutes, serveOptions).pipe(
       Layer.provide(NodeHttpServer.layer(createServer, { port: config.admin_port, host: config.admin_host }))
@@ -126,6 +126,19 @@ const Daemon = Layer.unwrap(
 ).pipe(Layer.provide(ApiStack))
 
 /** Routing that matches a path only as written: no case folding, no trailing or doubled slashes. */
+/**
+ * The internet-facing server: a delivery must arrive whole within `webhooks.read_timeout` (headers
+ * within the lesser of it and 5 s), and at most `webhooks.max_connections` connections are kept;
+ * a slow or idle client cannot hold memory for Node's default 300 s.
+ */
+const webhookServer = (config: AppConfigShape) => {
+  const readMs = Duration.toMillis(config.webhooks.read_timeout)
+  const server = createServer({ requestTimeout: readMs, headersTimeout: Math.min(readMs, 5_000) })
+  server.maxConnections = config.webhooks.max_connections
+  server.keepAliveTimeout = 5_000
+  return server
+}
+
 const exactPaths = { caseSensitive: true, ignoreTrailingSlash: false, ignoreDuplicateSlashes: false } as const
 
 const migrate = Command.make("migrate", {}, () =>

@@ -163,7 +163,13 @@ const Webhooks = Schema.Struct({
   max_attempts: withDefault(PositiveInt.check(Schema.isLessThanOrEqualTo(100)), 10),
   retention: withDefault(DurationBetween("1 hour", "3650 days", "14 days"), "14 days"),
   /** How long a processor's claim on inbox rows lasts before another may take them (its holder died). */
-  lease_timeout: withDefault(AtLeastASecond, "2 minutes")
+  lease_timeout: withDefault(AtLeastASecond, "2 minutes"),
+  /** A delivery must arrive whole (headers and body) within this, or its connection is closed. */
+  read_timeout: withDefault(DurationBetween("1 second", "5 minutes", "10 seconds"), "10 seconds"),
+  /** Open connections the webhook port keeps at once; beyond, new ones are refused. */
+  max_connections: withDefault(PositiveInt.check(Schema.isLessThanOrEqualTo(100_000)), 2_000),
+  /** Body bytes being read at once across all deliveries; beyond, 503 with Retry-After. */
+  max_inflight_bytes: withDefault(PositiveInt.check(Schema.isLessThanOrEqualTo(1024 * 1024 * 1024)), 32 * 1024 * 1024)
 })
 
 const Schedules = Schema.Struct({

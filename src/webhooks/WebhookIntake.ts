@@ -137,8 +137,20 @@ export class WebhookIntake extends Context.Service<
           )
         )
 
+      /**
+       * Body bytes being read at once, across every delivery: each reserves its declared length
+       * (or the maximum) before its body is read. Beyond `max_inflight_bytes` the answer is 503 with
+       * Retry-After before anything is read, so a flood of unsigned bodies cannot take the memory
+       * (honest senders retry).
+       */
+      let inflightBytes = 0
+      const maxInflight = config.webhooks.max_inflight_bytes
+      const busy = HttpServerResponse.jsonUnsafe(
+        { error: "busy", detail: "too many deliveries being read; retry shortly" },
+        { status: 503, headers: { "retry-after": "1" } }
+      )
+
       const handle = Effect.fnUntraced(function* (name: string, request: HttpServerRequest.HttpServerRequest) {
-        const startedNanos = yield* Clock.currentTimeNanos
         const endpoint = endpoints.get(name)
         if (endpoint === undefined) {
           return yield* refuse("unknown", rejected("unknown_endpoint", `no webhook endpoint named ${name}`))
@@ -147,6 +159,23 @@ export class WebhookIntake extends Context.Service<
         if (declared !== undefined && Number(declared) > maxBytes) {
           return yield* refuse(name, rejected("body_too_large", `the body exceeds ${maxBytes} bytes`))
         }
+        const reserved = declared !== undefined && Number.isFinite(Number(declared)) ? Number(declared) : maxBytes
+        if (inflightBytes + reserved > maxInflight) {
+          yield* count(name, "busy")
+          return busy
+        }
+        inflightBytes += reserved
+        return yield* accept(name, endpoint, request).pipe(
+          Effect.ensuring(Effect.sync(() => (inflightBytes -= reserved)))
+        )
+      })
+
+      const accept = Effect.fnUntraced(function* (
+        name: string,
+        endpoint: Endpoint,
+        request: HttpServerRequest.HttpServerRequest
+      ) {
+        const startedNanos = yield* Clock.currentTimeNanos
         const headers = readDeliveryHeaders(request.headers)
         if (Result.isFailure(headers)) return yield* refuse(name, headers.failure)
         // Timestamp first (no body needed), then the body, then the HMAC over its exact bytes.
