@@ -6,7 +6,20 @@
  * command, whose finalizers (database pool, embedded PostgreSQL, servers) then run in order.
  */
 import { NodeHttpClient, NodeHttpServer, NodeRuntime, NodeServices } from "@effect/platform-node"
-import { Cause, Console, Duration, Effect, Exit, Layer, Logger, Option, Predicate, References, Runtime, Schema } from "effect"
+import {
+  Cause,
+  Console,
+  Duration,
+  Effect,
+  Exit,
+  Layer,
+  Logger,
+  Option,
+  Predicate,
+  References,
+  Runtime,
+  Schema
+} from "effect"
 import { HttpRouter } from "effect/http"
 import { SqlClient } from "effect/sql/SqlClient"
 import { createServer } from "node:http"

@@ -47,7 +47,8 @@ const latencyBoundaries = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
  * Every request to `/webhooks/<name>`, by `endpoint` and `result`: `accepted`, `duplicate`,
  * `not_json` (stored dead, answered 2xx), or the rejection: `unknown_endpoint` (404),
  * `body_too_large` (413), `missing_header` / `malformed_header` (400), `bad_signature` /
- * `stale_timestamp` (401), `unavailable` (503, the database could not take it).
+ * `stale_timestamp` (401), `unavailable` (503, the database could not take it), `busy` (503, the
+ * in-flight body bytes are at their cap).
  */
 export const webhookDeliveries = Metric.counter("crm_sync_webhook_deliveries_total", {
   description: "Webhook deliveries received, by endpoint and result (accepted, duplicate, or why refused)",
