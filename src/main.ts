@@ -146,7 +146,13 @@ const Daemon = Layer.unwrap(
  */
 const webhookServer = (config: AppConfigShape) => {
   const readMs = Duration.toMillis(config.webhooks.read_timeout)
-  const server = createServer({ requestTimeout: readMs, headersTimeout: Math.min(readMs, 5_000) })
+  const server = createServer({
+    requestTimeout: readMs,
+    headersTimeout: Math.min(readMs, 5_000),
+    // Node checks those deadlines on this period (default 30 s, which would let a slow client
+    // stay half a minute whatever the timeouts say).
+    connectionsCheckingInterval: 1_000
+  })
   server.maxConnections = config.webhooks.max_connections
   server.keepAliveTimeout = 5_000
   return server

@@ -167,7 +167,7 @@ const Webhooks = Schema.Struct({
   /** A delivery must arrive whole (headers and body) within this, or its connection is closed. */
   read_timeout: withDefault(DurationBetween("1 second", "5 minutes", "10 seconds"), "10 seconds"),
   /** Open connections the webhook port keeps at once; beyond, new ones are refused. */
-  max_connections: withDefault(PositiveInt.check(Schema.isLessThanOrEqualTo(100_000)), 2_000),
+  max_connections: withDefault(PositiveInt.check(Schema.isLessThanOrEqualTo(100_000)), 500),
   /** Body bytes being read at once across all deliveries; beyond, 503 with Retry-After. */
   max_inflight_bytes: withDefault(PositiveInt.check(Schema.isLessThanOrEqualTo(1024 * 1024 * 1024)), 32 * 1024 * 1024)
 })

@@ -147,7 +147,8 @@ export class WebhookIntake extends Context.Service<
       const maxInflight = config.webhooks.max_inflight_bytes
       const busy = HttpServerResponse.jsonUnsafe(
         { error: "busy", detail: "too many deliveries being read; retry shortly" },
-        { status: 503, headers: { "retry-after": "1" } }
+        // Closing the connection spares reading (into memory) the body it refused.
+        { status: 503, headers: { "retry-after": "1", connection: "close" } }
       )
 
       const handle = Effect.fnUntraced(function* (name: string, request: HttpServerRequest.HttpServerRequest) {
