@@ -165,7 +165,11 @@ export class WebhookInbox extends Context.Service<
             WHERE inbox.event_type IS NULL AND excluded.event_type IS NOT NULL AND inbox.status <> 'processed'
           RETURNING hook_id, xmax <> 0 AS completed`
         // The insert trigger wakes the processors for new rows only; a completed row needs its own.
-        if (inserted.some((row) => row.completed)) yield* sql`SELECT pg_notify(${INBOX_CHANNEL}, '')`
+        // So does a repeat: its ON CONFLICT locked the stored row until this commit, and a processor
+        // woken by the first copy's commit meanwhile skipped it (SKIP LOCKED) and went back to sleep.
+        if (inserted.some((row) => row.completed) || inserted.length < batch.length) {
+          yield* sql`SELECT pg_notify(${INBOX_CHANNEL}, '')`
+        }
         return new Set(inserted.map((row) => row.hook_id))
       })
 

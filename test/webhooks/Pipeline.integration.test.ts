@@ -160,7 +160,8 @@ layer(processorLifecycle("live").pipe(Layer.provideMerge(Base)), { excludeTestSe
 
 // Its own processor with a one-second poll: this test is about copies, not about being woken (the
 // first test is). Under the whole suite's load, a NOTIFY-only processor here was once left waiting
-// on its one-minute poll, with the row pending and never claimed (not explained yet).
+// on its one-minute poll, the row pending and never claimed. Likely cause, now fixed in
+// WebhookInbox.insert: a repeat locked the row (ON CONFLICT) while the woken processor skipped it.
 layer(
   EventProcessorLive.pipe(
     Layer.provideMerge(EventProcessor.layerWith({ workerId: "copies", pollInterval: "1 second" })),
