@@ -157,6 +157,24 @@ export const defaultLearning: Learning = { ttlMs: 6 * 3_600_000, stepShare: 0.2 
 const FLOOR_SHARE = 0.1
 const floorSql = `GREATEST(1, floor(request_limit * ${FLOOR_SHARE})::int)`
 
+/** In a 429's UPDATE: the window is live and crm-sync's own count was below the configured limit. */
+const BELOW_LIMIT = `window_start IS NOT NULL
+  AND window_start + make_interval(secs => window_ms::float8 / 1000) > clock_timestamp()
+  AND used < request_limit`
+
+/**
+ * The ceiling a 429 teaches (see the module comment), else `otherwise`: one less for another 429
+ * of the block in force (a request that was in flight), what crm-sync had sent for a first one
+ * below the limit.
+ */
+const learnedOn429 = (learning: Learning, otherwise: string) => `CASE
+  WHEN blocked_until > clock_timestamp() AND (${validLearned(learning)}) IS NOT NULL
+    AND learned_at > clock_timestamp() - make_interval(secs => window_ms::float8 / 1000)
+    THEN GREATEST(${floorSql}, learned_limit - 1)
+  WHEN ${BELOW_LIMIT}
+    THEN LEAST(COALESCE(${validLearned(learning)}, request_limit), GREATEST(${floorSql}, used - 1))
+  ELSE ${otherwise} END`
+
 /**
  * In the grant's UPDATE (`w` the row before it, `v` the new window): a window ends, and a new one
  * begins, without a 429 since the ceiling was learned — a clean window.
@@ -566,36 +584,17 @@ const make = Effect.fnUntraced(function* (policy: Policy, learning: Learning) {
       ON CONFLICT (bucket) DO UPDATE SET request_limit = excluded.request_limit, window_ms = excluded.window_ms`.pipe(
       Effect.andThen(
         sql`UPDATE crm_sync.rate_windows
-          SET learned_limit = CASE
-                -- Another 429 of the same block: one more request that was in flight was refused.
-                WHEN blocked_until > clock_timestamp() AND (${sql.literal(validLearned(learning))}) IS NOT NULL
-                  AND learned_at > clock_timestamp() - make_interval(secs => window_ms::float8 / 1000)
-                  THEN GREATEST(${sql.literal(floorSql)}, learned_limit - 1)
-                -- The first: below the configured limit, the others spent the difference.
-                WHEN window_start IS NOT NULL AND window_start + make_interval(secs => window_ms::float8 / 1000) > clock_timestamp()
-                  AND used < request_limit
-                  THEN LEAST(COALESCE(${sql.literal(validLearned(learning))}, request_limit),
-                             GREATEST(${sql.literal(floorSql)}, used - 1))
-                ELSE ${sql.literal(validLearned(learning))} END,
+          SET learned_limit = ${sql.literal(learnedOn429(learning, validLearned(learning)))},
               -- A 429 while a ceiling was already known: the last probe went too far; wait longer.
               probe_wait = CASE
                 WHEN blocked_until > clock_timestamp() THEN probe_wait
                 WHEN (${sql.literal(validLearned(learning))}) IS NOT NULL THEN LEAST(${MAX_PROBE_WAIT}, probe_wait * 2)
                 ELSE 1 END,
               clean_windows = 0,
-              learned_base = CASE
-                WHEN blocked_until > clock_timestamp() AND (${sql.literal(validLearned(learning))}) IS NOT NULL
-                  AND learned_at > clock_timestamp() - make_interval(secs => window_ms::float8 / 1000)
-                  THEN GREATEST(${sql.literal(floorSql)}, learned_limit - 1)
-                WHEN window_start IS NOT NULL AND window_start + make_interval(secs => window_ms::float8 / 1000) > clock_timestamp()
-                  AND used < request_limit
-                  THEN LEAST(COALESCE(${sql.literal(validLearned(learning))}, request_limit),
-                             GREATEST(${sql.literal(floorSql)}, used - 1))
-                ELSE learned_base END,
+              learned_base = ${sql.literal(learnedOn429(learning, "learned_base"))},
               learned_at = CASE
                 WHEN blocked_until > clock_timestamp() AND learned_limit IS NOT NULL THEN learned_at
-                WHEN window_start IS NOT NULL AND window_start + make_interval(secs => window_ms::float8 / 1000) > clock_timestamp()
-                  AND used < request_limit THEN clock_timestamp()
+                WHEN ${sql.literal(BELOW_LIMIT)} THEN clock_timestamp()
                 ELSE learned_at END,
               blocked_until = GREATEST(COALESCE(blocked_until, '-infinity'::timestamptz),
                                        clock_timestamp() + make_interval(secs => ${waitMs / 1000})),

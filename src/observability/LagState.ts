@@ -9,6 +9,7 @@
 import { Duration, Effect, Schema } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
 import type { AppConfigShape } from "../config/AppConfig.ts"
+import { JobNames } from "../sync/SyncJobs.ts"
 import { runsPerDay } from "./PlanReport.ts"
 
 export interface JobLag {
@@ -39,20 +40,28 @@ export const scheduledJobs = (
 ): ReadonlyArray<Omit<JobLag, "last_success" | "failures">> => {
   const reconcileEvery = 86_400 / Math.max(1, runsPerDay(config.schedules.reconcile, now))
   return config.connections.flatMap((connection) => [
-    { job: "poll:businesses", connection: connection.name, interval_seconds: seconds(config.schedules.businesses) },
+    { job: JobNames.poll, connection: connection.name, interval_seconds: seconds(config.schedules.businesses) },
     {
-      job: "crawl:businesses",
+      job: JobNames.crawl("businesses"),
       connection: connection.name,
       interval_seconds: seconds(config.schedules.business_crawl)
     },
-    { job: "crawl:annuity_contracts", connection: connection.name, interval_seconds: seconds(config.schedules.crawl) },
-    { job: "crawl:financial_accounts", connection: connection.name, interval_seconds: seconds(config.schedules.crawl) },
-    { job: "reference", connection: connection.name, interval_seconds: seconds(config.schedules.reference) },
+    {
+      job: JobNames.crawl("annuity_contracts"),
+      connection: connection.name,
+      interval_seconds: seconds(config.schedules.crawl)
+    },
+    {
+      job: JobNames.crawl("financial_accounts"),
+      connection: connection.name,
+      interval_seconds: seconds(config.schedules.crawl)
+    },
+    { job: JobNames.reference, connection: connection.name, interval_seconds: seconds(config.schedules.reference) },
     { job: "reconcile", connection: connection.name, interval_seconds: reconcileEvery },
     ...(connection.credential === "oauth"
       ? [
           {
-            job: "subscription",
+            job: JobNames.subscription,
             connection: connection.name,
             interval_seconds: seconds(config.schedules.subscription_check)
           }

@@ -18,7 +18,9 @@ import { randomBytes } from "node:crypto"
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { loadavg, tmpdir } from "node:os"
 import { join } from "node:path"
+import { UntypedEventTypes } from "../../src/crm/Events.ts"
 import { Sandbox } from "../../src/sandbox/Sandbox.ts"
+import { EVENT_TYPES } from "../../src/sandbox/Webhooks.ts"
 import { recordFigures } from "../bench/figures.ts"
 import { command, exited, sleep, startBalancer, startDatabase, startReplicas } from "./cluster.ts"
 import { judge, judgeEvents, warehouseQuery } from "./verdict.ts"
@@ -43,6 +45,9 @@ const endpoints = [
   { name: "client-updated", secret: secret(), eventType: "client.updated" },
   { name: "prospect-created", secret: secret(), eventType: "prospect.created" }
 ] as const
+
+/** What the all-types endpoint receives: every event that names its own type. */
+const typedEventTypes = EVENT_TYPES.filter((type) => !(UntypedEventTypes as ReadonlyArray<string>).includes(type))
 
 const rng = makeRng(seed)
 const dir = mkdtempSync(join(tmpdir(), "crm-sync-chaos-"))
@@ -149,24 +154,7 @@ for (const endpoint of endpoints) {
       clientId: credentials.oauthClientId,
       url: `${balancer.url}/webhooks/${endpoint.name}`,
       secret: endpoint.secret,
-      ...(endpoint.eventType === undefined
-        ? {
-            eventTypes: [
-              "meeting.created",
-              "meeting.updated",
-              "meeting.deleted",
-              "meeting.transcript_ready",
-              "task.created",
-              "task.updated",
-              "task.completed",
-              "task.reopened",
-              "task.deleted",
-              "note.created",
-              "note.updated",
-              "note.deleted"
-            ]
-          }
-        : { eventTypes: [endpoint.eventType] })
+      eventTypes: endpoint.eventType === undefined ? typedEventTypes : [endpoint.eventType]
     })
   )
 }
