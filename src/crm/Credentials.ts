@@ -116,6 +116,13 @@ export class Credentials extends Context.Service<
     readonly recordUser: (connection: Connection, userId: string) => Effect.Effect<void, CrmError>
     /** What `crm-sync status` shows of a connection's credentials (no token values). */
     readonly status: (connection: Connection) => Effect.Effect<CredentialStatus, CrmError>
+    /**
+     * Why this process cannot use the connection's credentials, if it cannot: an OAuth connection
+     * with no encryption key, or stored tokens the configured key does not open (a wrong or rotated
+     * `CRM_SYNC_ENCRYPTION_KEY`). A connection not connected yet, or needing re-authorization, is
+     * not such a problem: those are the CRM grant's state, the same for every replica.
+     */
+    readonly unusable: (connection: Connection) => Effect.Effect<Option.Option<string>, CrmError>
   }
 >()("crm-sync/crm/Credentials") {
   static readonly layer: Layer.Layer<Credentials, never, AppConfig | SqlClient | HttpClient.HttpClient> = Layer.effect(
@@ -348,7 +355,24 @@ export class Credentials extends Context.Service<
         })
       })
 
-      return Credentials.of({ token, refresh, store, recordUser, status })
+      const unusable = Effect.fn("Credentials.unusable")(function* (connection: Connection) {
+        if (configuredToken(connection) !== undefined || connection.credential !== "oauth") {
+          return Option.none<string>()
+        }
+        if (Result.isFailure(key)) return Option.some(key.failure)
+        const row = yield* readRow(connection, false).pipe(
+          Effect.mapError(database("Credentials.unusable", connection))
+        )
+        const sealed = Option.flatMap(row, (value) => Option.fromNullishOr(value.access_token))
+        if (Option.isNone(sealed)) return Option.none<string>()
+        return Result.match(open(key.success, connection.name, sealed.value), {
+          onSuccess: () => Option.none<string>(),
+          onFailure: (detail) =>
+            Option.some(`the stored OAuth tokens cannot be opened with CRM_SYNC_ENCRYPTION_KEY: ${detail}`)
+        })
+      })
+
+      return Credentials.of({ token, refresh, store, recordUser, status, unusable })
     })
   )
 }

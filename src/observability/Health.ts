@@ -5,28 +5,50 @@
  * - `GET /healthz`: liveness. 200 as long as the process can answer HTTP at all; it deliberately
  *   does not look at the database, so an orchestrator does not restart a healthy process because
  *   PostgreSQL is briefly away (the inbox answers 503 meanwhile and senders retry).
- * - `GET /readyz`: readiness. 200 when the database answers a trivial query within two seconds,
- *   else 503; a load balancer then stops sending deliveries to a replica that cannot store them.
+ * - `GET /readyz`: readiness. 200 when the database answers a trivial query within two seconds
+ *   and every connection's credentials can be used by this process; else 503 with one line per
+ *   reason. A load balancer then stops sending deliveries to a replica that cannot store them, and
+ *   a rollout whose new replicas have a missing or wrong `CRM_SYNC_ENCRYPTION_KEY` stalls with the
+ *   old replicas still serving, instead of replacing working replicas with ones whose every OAuth
+ *   job fails. A grant that needs re-authorization does not make a replica unready: it is the
+ *   same for every replica, and the intake must go on storing deliveries meanwhile.
  * - `GET /metrics`: every metric in Effect's registry as Prometheus text (see Metrics.ts).
  *
  * `HealthRoutes` only registers routes on the `HttpRouter`; `main.ts` serves them on `admin_port`.
  */
-import { Duration, Effect, Layer } from "effect"
+import { Duration, Effect, Layer, Option } from "effect"
 import { HttpRouter, HttpServerResponse } from "effect/http"
 import { PrometheusMetrics } from "effect/observability"
 import { SqlClient } from "effect/sql/SqlClient"
+import { AppConfig } from "../config/AppConfig.ts"
+import { Credentials } from "../crm/Credentials.ts"
 
 const READINESS_TIMEOUT = Duration.seconds(2)
 
 const ok = HttpServerResponse.text("ok\n")
 
+/** Why a connection cannot work here, as one line each (empty when every one can). */
+const credentialProblems = (config: AppConfig["Service"], credentials: Credentials["Service"]) =>
+  Effect.forEach(config.connections, (connection) =>
+    credentials.unusable(connection).pipe(
+      Effect.map(Option.map((problem) => `connection ${connection.name}: ${problem}`)),
+      Effect.catch((error) => Effect.succeed(Option.some(`connection ${connection.name}: ${error.message}`)))
+    )
+  ).pipe(Effect.map((problems) => problems.flatMap((problem) => Option.toArray(problem))))
+
 const readiness = HttpRouter.use(
   Effect.fnUntraced(function* (router) {
     const sql = yield* SqlClient
-    const check = sql`SELECT 1`.pipe(
+    const config = yield* AppConfig
+    const credentials = yield* Credentials
+    const check = Effect.gen(function* () {
+      yield* sql`SELECT 1`
+      return yield* credentialProblems(config, credentials)
+    }).pipe(
       Effect.timeout(READINESS_TIMEOUT),
       Effect.match({
-        onSuccess: () => ok,
+        onSuccess: (problems) =>
+          problems.length === 0 ? ok : HttpServerResponse.text(`${problems.join("\n")}\n`, { status: 503 }),
         onFailure: () => HttpServerResponse.text("database unavailable\n", { status: 503 })
       })
     )
@@ -37,5 +59,5 @@ const readiness = HttpRouter.use(
 /** `/healthz` alone: what the webhook port serves besides the deliveries, for load balancers. */
 export const LivenessRoute = HttpRouter.add("GET", "/healthz", ok)
 
-/** `/healthz`, `/readyz` and `/metrics`. Needs the `HttpRouter` and a `SqlClient`. */
+/** `/healthz`, `/readyz` and `/metrics`. Needs the `HttpRouter`, a `SqlClient`, the config and Credentials. */
 export const HealthRoutes = Layer.mergeAll(LivenessRoute, readiness, PrometheusMetrics.layerHttp({ path: "/metrics" }))

@@ -25,6 +25,7 @@ import { Context, DateTime, Effect, Layer, Schema } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
 import type { SqlError } from "effect/sql/SqlError"
 import { Tables } from "../warehouse/Tables.ts"
+import { CurrentLease } from "./JobLease.ts"
 import type { Resource, Source, UpsertResult, WarehouseError } from "../warehouse/Warehouse.ts"
 
 /** The crawl a PageCrawler is working on: fresh, or resumed where a restart cut it short. */
@@ -132,9 +133,10 @@ export class CrawlRuns extends Context.Service<
   CrawlRuns,
   {
     /**
-     * The unfinished run of this connection, resource and source (`running`, or `failed` part way)
-     * to resume, or a new one. The caller must hold the resource's lease, so an unfinished run
-     * found here has no other owner: its process died or gave up.
+     * The unfinished run of this connection, resource and source (`running`, `interrupted` or
+     * `failed` part way; a scheduled crawl and a backfill resume each other's) to resume, or a new
+     * one. The caller must hold the resource's lease, so an unfinished run found here has no other
+     * owner: its process died or gave up.
      */
     readonly open: (connection: string, resource: Resource, source: Source) => Effect.Effect<CrawlRun, CrawlRunsError>
     /**
@@ -177,20 +179,23 @@ export class CrawlRuns extends Context.Service<
 
       const open = Effect.fn("CrawlRuns.open")(
         function* (connection: string, resource: Resource, source: Source) {
+          const lease = yield* CurrentLease
+          // A scheduled crawl and a backfill read the same pages: either resumes the other's run.
+          const sources = source === "crawl" || source === "backfill" ? ["crawl", "backfill"] : [source]
           return yield* sql.withTransaction(
             Effect.gen(function* () {
               const unfinished = yield* sql`
-                UPDATE crm_sync.crawl_runs SET status = 'running', error = NULL, finished_at = NULL
+                UPDATE crm_sync.crawl_runs SET status = 'running', error = NULL, finished_at = NULL, lease = ${lease}
                 WHERE id = (
                   SELECT id FROM crm_sync.crawl_runs
-                  WHERE connection = ${connection} AND resource = ${resource} AND source = ${source}
+                  WHERE connection = ${connection} AND resource = ${resource} AND source = ANY(${sources}::text[])
                   ORDER BY id DESC LIMIT 1
-                ) AND status IN ('running', 'failed')
+                ) AND status IN ('running', 'failed', 'interrupted')
                 RETURNING ${RUN_COLUMNS}`.pipe(Effect.flatMap(decodeRunRows))
               if (unfinished[0] !== undefined) return toRun(unfinished[0], connection, resource, source, true)
               const created = yield* sql`
-                INSERT INTO crm_sync.crawl_runs (connection, resource, source)
-                VALUES (${connection}, ${resource}, ${source})
+                INSERT INTO crm_sync.crawl_runs (connection, resource, source, lease)
+                VALUES (${connection}, ${resource}, ${source}, ${lease})
                 RETURNING ${RUN_COLUMNS}`.pipe(Effect.flatMap(decodeRunRows))
               return toRun(created[0]!, connection, resource, source, false)
             })

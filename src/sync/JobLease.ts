@@ -15,8 +15,12 @@
  * connections runs a dozen long jobs, which must not pin a dozen pool connections for hours.
  * Advisory locks are re-entrant within a session, so the process keeps its own set of held leases
  * to refuse a second fiber the same lease. Should the session break (the database restarted), its
- * locks are gone with it: the next lease opens a new session, and until the running jobs finish,
- * another process may start the same job — wasteful, never harmful (every write is idempotent).
+ * locks are gone with it: the attempt that finds it broken tries once more on a new session (so a
+ * job need not wait a turn to find the database back), and until the running jobs finish, another
+ * process may start the same job — wasteful, never harmful (every write is idempotent).
+ *
+ * The effect run under a lease sees it as `CurrentLease`: JobRuns and CrawlRuns write it on the
+ * runs they open, which is how the orphan sweep (SyncJobs) tells a dead holder's runs.
  */
 import { Context, Duration, Effect, Exit, Layer, Option, Schema, Scope, Semaphore } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
@@ -44,6 +48,11 @@ export const resourceLease = (connection: string, resource: string) => `sync:${c
  * needs both takes `resourceLease` first.
  */
 export const businessCrawlLease = (connection: string) => `sync:${connection}:businesses:crawl`
+
+/** The innermost lease the current fiber runs under, if any. */
+export const CurrentLease = Context.Reference<string | null>("crm-sync/sync/CurrentLease", {
+  defaultValue: () => null
+})
 
 export class JobLease extends Context.Service<
   JobLease,
@@ -109,13 +118,18 @@ export class JobLease extends Context.Service<
       const acquire = (lease: string) =>
         Effect.gen(function* () {
           if (held.has(lease)) return false
-          const rows = yield* onSession((connection) =>
+          const attempt = onSession((connection) =>
             connection.execute(
               "SELECT pg_try_advisory_lock(hashtextextended($1, 0)) AS locked",
               [keyOf(lease)],
               undefined
             )
-          ).pipe(Effect.mapError(failed(lease, "cannot take the lease")))
+          )
+          // A failed attempt dropped its session: the second opens a new one (the database restarted).
+          const rows = yield* attempt.pipe(
+            Effect.catch(() => attempt),
+            Effect.mapError(failed(lease, "cannot take the lease"))
+          )
           const locked = rows[0]?.locked === true
           if (locked) held.add(lease)
           return locked
@@ -139,7 +153,10 @@ export class JobLease extends Context.Service<
         Effect.uninterruptibleMask((restore) =>
           Effect.flatMap(acquire(lease), (locked) =>
             locked
-              ? restore(Effect.map(effect, Option.some)).pipe(Effect.ensuring(release(lease)))
+              ? restore(Effect.map(effect, Option.some)).pipe(
+                  Effect.provideService(CurrentLease, lease),
+                  Effect.ensuring(release(lease))
+                )
               : Effect.succeed(Option.none<A>())
           )
         ).pipe(Effect.withSpan("JobLease.tryRun", { attributes: { lease } }))

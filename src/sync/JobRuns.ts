@@ -8,6 +8,7 @@
 import { Cause, Context, DateTime, Effect, Exit, Layer, Option, Schema } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
 import type { SqlError } from "effect/sql/SqlError"
+import { CurrentLease } from "./JobLease.ts"
 import { recordRun } from "./SyncMetrics.ts"
 
 /** What a finished job reports: requests it sent and whatever else is worth keeping. */
@@ -30,6 +31,9 @@ export const describeFailure = (cause: Cause.Cause<unknown>): string => {
   return message.replace(/\s+/g, " ").trim().slice(0, 500)
 }
 
+/** The error of a run closed for a holder that is gone. */
+const ORPHANED = "the run's process ended (or lost its database session) before the run did; the next run resumes it"
+
 const LastFinished = Schema.Array(Schema.Struct({ finished_ms: Schema.NullOr(Schema.Number) }))
 
 export class JobRuns extends Context.Service<
@@ -48,6 +52,12 @@ export class JobRuns extends Context.Service<
       /** Written when the run starts, so that it is there however the run ends (kill -9 too). */
       initialDetail?: Record<string, unknown>
     ) => Effect.Effect<A, E | SqlError, R>
+    /**
+     * Marks `interrupted` the runs (job runs and crawl runs) still `running` under `lease`. Call it
+     * holding that lease and running nothing under it: such runs belong to a process that died.
+     * Returns how many job runs it closed.
+     */
+    readonly closeOrphans: (lease: string) => Effect.Effect<number, SqlError>
     /** When `job` last finished without failing (succeeded), if ever. */
     readonly lastSucceeded: (
       job: string,
@@ -90,15 +100,17 @@ export class JobRuns extends Context.Service<
         initialDetail: Record<string, unknown> = {}
       ): Effect.Effect<A, E | SqlError, R> =>
         Effect.gen(function* () {
-          // Callers hold the job's lease, so a run of this job still marked running belongs to a
-          // process that died without closing it (kill -9, a lost host): close it for the record.
+          const lease = yield* CurrentLease
+          // Callers hold the job's lease, so a run of this job (or under this lease) still marked
+          // running belongs to a process that died without closing it (kill -9, a lost host, a lost
+          // database session): close it for the record.
           yield* sql`
-            UPDATE crm_sync.job_runs
-            SET status = 'interrupted', finished_at = now(), error = 'the process ended before the run did'
-            WHERE job = ${job} AND connection IS NOT DISTINCT FROM ${connection} AND status = 'running'`
+            UPDATE crm_sync.job_runs SET status = 'interrupted', finished_at = now(), error = ${ORPHANED}
+            WHERE status = 'running'
+              AND ((job = ${job} AND connection IS NOT DISTINCT FROM ${connection}) OR lease = ${lease})`
           const [row] = yield* sql<{ id: number }>`
-            INSERT INTO crm_sync.job_runs (job, connection, detail)
-            VALUES (${job}, ${connection}, ${JSON.stringify(initialDetail)}::jsonb) RETURNING id::int AS id`
+            INSERT INTO crm_sync.job_runs (job, connection, detail, lease)
+            VALUES (${job}, ${connection}, ${JSON.stringify(initialDetail)}::jsonb, ${lease}) RETURNING id::int AS id`
           const id = row!.id
           return yield* effect.pipe(Effect.onExit((exit) => close(job, id, exit)))
         }).pipe(Effect.withSpan("JobRuns.record", { attributes: { job, connection } }))
@@ -113,7 +125,17 @@ export class JobRuns extends Context.Service<
         )
       })
 
-      return JobRuns.of({ record, lastSucceeded })
+      const closeOrphans = Effect.fn("JobRuns.closeOrphans")(function* (lease: string) {
+        const closed = yield* sql<{ id: number }>`
+          UPDATE crm_sync.job_runs SET status = 'interrupted', finished_at = now(), error = ${ORPHANED}
+          WHERE status = 'running' AND lease = ${lease} RETURNING id::int AS id`
+        yield* sql`
+          UPDATE crm_sync.crawl_runs SET status = 'interrupted', finished_at = now(), error = ${ORPHANED}
+          WHERE status = 'running' AND lease = ${lease}`
+        return closed.length
+      })
+
+      return JobRuns.of({ record, closeOrphans, lastSucceeded })
     })
   )
 }

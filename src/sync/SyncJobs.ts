@@ -13,8 +13,9 @@
  * asked once more whether it is still due (a replica may have just run it); when another process
  * holds the lease (another replica, a backfill) the turn is skipped and tried again a minute
  * later. Every run is a
- * row in `job_runs`. A failed run is retried after at most 10 minutes (a failed crawl resumes
- * where it stopped); the loops never die of a job's failure.
+ * row in `job_runs`. A failed run is retried after at most 10 minutes, or within 30 s when it was
+ * the database that failed (a failed crawl resumes where it stopped); the loops never die of a
+ * job's failure. Every 30 s the daemon also sweeps for runs whose holder died (OrphanSweepLive).
  *
  * On SIGTERM the layer's scope closes and the loops are interrupted: a request in flight is
  * abandoned, the page being written commits (page writes are uninterruptible), the lease is
@@ -22,13 +23,14 @@
  */
 import { Cause, Duration, Effect, Layer, Option, Schema } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
+import { isSqlError, type SqlError } from "effect/sql/SqlError"
 import { AppConfig } from "../config/AppConfig.ts"
 import { CrmClient, type CrmClientShape } from "../crm/CrmClient.ts"
 import { BusinessPoller } from "./BusinessPoller.ts"
 import { CrawlRuns } from "./CrawlRuns.ts"
 import { Cursors } from "./Cursors.ts"
-import { businessCrawlLease, JobLease, resourceLease } from "./JobLease.ts"
-import { type JobOutcome, JobRuns } from "./JobRuns.ts"
+import { businessCrawlLease, JobLease, type LeaseError, resourceLease } from "./JobLease.ts"
+import { describeFailure, type JobOutcome, JobRuns } from "./JobRuns.ts"
 import { type CrawlResource, PageCrawler } from "./PageCrawler.ts"
 import * as Subscriptions from "../webhooks/Subscriptions.ts"
 import { ReferenceSync } from "./ReferenceSync.ts"
@@ -36,8 +38,15 @@ import { type SyncError, toSyncError } from "./SyncError.ts"
 
 /** After a failed run, the job is tried again after its interval or this, whichever is shorter. */
 const RETRY_AFTER_FAILURE = Duration.minutes(10)
+/**
+ * When the database failed (it restarted, or is unreachable), the job asks again sooner: after 5 s,
+ * doubling per failure in a row up to this, so that it resumes within a minute of its return.
+ */
+const RETRY_DATABASE_MAX = Duration.seconds(30)
 /** When another process holds the job's lease, ask again after this (or the interval, if shorter). */
 const RETRY_WHEN_BUSY = Duration.minutes(1)
+/** How often the daemon looks for runs whose holder died (see `OrphanSweepLive`). */
+const ORPHAN_SWEEP_EVERY = Duration.seconds(30)
 
 /** The job names recorded in `crm_sync.job_runs`. */
 export const JobNames = {
@@ -80,6 +89,17 @@ const dueIn = (job: ScheduledJob) =>
     return Math.max(0, Math.ceil(row?.due_ms ?? 0))
   })
 
+/** Whether a job's failure was the database's (a restart, an outage), not the CRM's or a bug's. */
+const isDatabaseFailure = (failure: SyncError | LeaseError | SqlError | Schema.SchemaError): boolean =>
+  failure._tag === "SyncError" ? failure.reason._tag === "Database" : failure._tag !== "SchemaError"
+
+/**
+ * Whether a defect is the database going away mid-transaction: effect/sql makes a rollback that
+ * fails (its connection is gone) a defect carrying the SqlError.
+ */
+const isDatabaseDefect = (cause: Cause.Cause<unknown>): boolean =>
+  cause.reasons.some((reason) => Cause.isDieReason(reason) && isSqlError(reason.defect))
+
 /** The loop of one job: wait until due, run under the lease, record, repeat; never fails. */
 const loop = (job: ScheduledJob) =>
   Effect.gen(function* () {
@@ -87,6 +107,12 @@ const loop = (job: ScheduledJob) =>
     const jobRuns = yield* JobRuns
     const busyWait = Duration.min(job.interval, RETRY_WHEN_BUSY)
     const failureWait = Duration.min(job.interval, RETRY_AFTER_FAILURE)
+    let databaseFailures = 0
+    /** The wait after a database failure: 5 s, 10 s, 20 s, then RETRY_DATABASE_MAX. */
+    const databaseWait = () => {
+      databaseFailures += 1
+      return Duration.min(Duration.seconds(5 * 2 ** Math.min(databaseFailures - 1, 3)), RETRY_DATABASE_MAX)
+    }
 
     /** One turn; returns how long to wait before the next look at the schedule. */
     const turn = Effect.gen(function* () {
@@ -102,11 +128,13 @@ const loop = (job: ScheduledJob) =>
         )
       )
       if (outcome._tag === "Failure") {
+        const wait = isDatabaseFailure(outcome.failure) ? databaseWait() : failureWait
         yield* Effect.logWarning("sync job failed; it will be tried again").pipe(
-          Effect.annotateLogs({ error: outcome.failure.message, retry_in_seconds: Duration.toSeconds(failureWait) })
+          Effect.annotateLogs({ error: outcome.failure.message, retry_in_seconds: Duration.toSeconds(wait) })
         )
-        return failureWait
+        return wait
       }
+      databaseFailures = 0
       if (outcome.success._tag === "None") {
         yield* Effect.logDebug("sync job: another process holds the lease; skipping this turn")
         return busyWait
@@ -117,12 +145,21 @@ const loop = (job: ScheduledJob) =>
       Effect.catchCause((cause) =>
         Cause.hasInterruptsOnly(cause)
           ? Effect.failCause(cause)
-          : Effect.as(Effect.logError("sync job crashed; it will be tried again", cause), failureWait)
+          : isDatabaseDefect(cause)
+            ? Effect.sync(databaseWait).pipe(
+                Effect.tap((wait) =>
+                  Effect.logWarning("sync job lost its database; it will be tried again").pipe(
+                    Effect.annotateLogs({ error: describeFailure(cause), retry_in_seconds: Duration.toSeconds(wait) })
+                  )
+                )
+              )
+            : Effect.as(Effect.logError("sync job crashed; it will be tried again", cause), failureWait)
       )
     )
 
     while (true) {
-      const due = yield* dueIn(job).pipe(Effect.catch(() => Effect.succeed(Duration.toMillis(failureWait))))
+      // The schedule lives in the database: while it cannot be read, ask again soon.
+      const due = yield* dueIn(job).pipe(Effect.catch(() => Effect.sync(() => Duration.toMillis(databaseWait()))))
       if (due > 0) yield* Effect.sleep(Duration.millis(due))
       const wait = yield* turn
       if (Duration.isGreaterThan(wait, Duration.zero)) yield* Effect.sleep(wait)
@@ -301,10 +338,58 @@ export const SubscriptionCheckLive = Layer.effectDiscard(
   })
 ).pipe(Layer.provide(SyncServicesLive))
 
-/** All read-sync jobs of the daemon, and the subscription check. */
+const LeaseRows = Schema.Array(Schema.Struct({ lease: Schema.String }))
+
+/**
+ * One sweep for runs whose holder died: every lease that `running` runs were taken under is tried;
+ * one nobody holds (the holder was killed, or its database session was lost) is taken for a moment
+ * to mark its runs `interrupted`. Returns how many job runs it closed.
+ */
+export const sweepOrphans = Effect.gen(function* () {
+  const sql = yield* SqlClient
+  const leases = yield* JobLease
+  const jobRuns = yield* JobRuns
+  const rows = yield* sql`SELECT DISTINCT lease FROM crm_sync.job_runs WHERE status = 'running' AND lease IS NOT NULL`
+  let closed = 0
+  for (const { lease } of yield* Schema.decodeUnknownEffect(LeaseRows)(rows)) {
+    const swept = yield* leases.tryRun(lease, jobRuns.closeOrphans(lease))
+    if (Option.isSome(swept) && swept.value > 0) {
+      closed += swept.value
+      yield* Effect.logWarning("sync: runs of a process that is gone marked interrupted; their jobs resume them").pipe(
+        Effect.annotateLogs({ lease, runs: swept.value })
+      )
+    }
+  }
+  return closed
+})
+
+/**
+ * The daemon's orphan sweep, every 30 s: a replica killed mid-crawl (or cut off from the database)
+ * leaves its runs `running`; once its lease lapses they are marked `interrupted`, and the job's
+ * next turn (on any replica) resumes the crawl where it stopped.
+ */
+export const OrphanSweepLive = Layer.effectDiscard(
+  Effect.forkScoped(
+    Effect.forever(
+      Effect.andThen(
+        Effect.sleep(ORPHAN_SWEEP_EVERY),
+        sweepOrphans.pipe(
+          Effect.catchCause((cause) =>
+            Cause.hasInterruptsOnly(cause)
+              ? Effect.failCause(cause)
+              : Effect.logDebug("sync: orphan sweep failed; trying again shortly", cause)
+          )
+        )
+      )
+    )
+  )
+).pipe(Layer.provide(SyncServicesLive))
+
+/** All read-sync jobs of the daemon, the subscription check and the orphan sweep. */
 export const SyncJobsLive = Layer.mergeAll(
   BusinessPollerLive,
   CrawlSchedulerLive,
   ReferenceSchedulerLive,
-  SubscriptionCheckLive
+  SubscriptionCheckLive,
+  OrphanSweepLive
 )

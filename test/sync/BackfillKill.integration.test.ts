@@ -1,7 +1,8 @@
 /**
  * kill -9 during a backfill: a backfill runs as its own process (test/sync/backfill-process.ts)
  * against the in-process sandbox and a fresh database, and is killed with SIGKILL while it crawls
- * financial accounts. A second backfill then completes: it does not read again what the killed
+ * financial accounts. The daemon's orphan sweep marks its runs interrupted (its leases lapsed
+ * with its session). A second backfill then completes: it does not read again what the killed
  * one stored (neither the resources it finished nor the pages of the crawl it was in), leaves no
  * duplicates, and the warehouse equals the sandbox.
  */
@@ -17,6 +18,7 @@ import { RateBudget } from "../../src/budget/RateBudget.ts"
 import { Credentials } from "../../src/crm/Credentials.ts"
 import { Sandbox } from "../../src/sandbox/Sandbox.ts"
 import { backfill } from "../../src/sync/Backfill.ts"
+import { SyncServicesLive, sweepOrphans } from "../../src/sync/SyncJobs.ts"
 import { migrate } from "../../src/warehouse/Migrations.ts"
 import { Warehouse } from "../../src/warehouse/Warehouse.ts"
 import { freshDatabase } from "../support/TestDatabase.ts"
@@ -134,6 +136,19 @@ layer(TestLayer, { timeout: 180_000, excludeTestServices: true })("backfill afte
       assert.isAtLeast(killed!.last_page, killedAt)
       assert.isBelow(killed!.last_page, killed!.total_pages, "killed in the middle of the crawl")
       const storedPages = killed!.last_page
+
+      // The killed process's leases lapsed with its session: the daemon's orphan sweep marks its
+      // runs interrupted (a live process's runs it leaves alone: their leases are held).
+      const swept = yield* sweepOrphans.pipe(Effect.provide(SyncServicesLive))
+      assert.strictEqual(swept, 2, "the backfill's run and its financial-account run")
+      const [marked] = yield* sql<{ status: string; error: string }>`
+        SELECT status, error FROM crm_sync.crawl_runs WHERE resource = 'financial_accounts' AND source = 'backfill'`
+      assert.strictEqual(marked!.status, "interrupted")
+      assert.include(marked!.error, "the next run resumes it")
+      const [open] = yield* sql<{
+        n: number
+      }>`SELECT count(*)::int AS n FROM crm_sync.job_runs WHERE status = 'running'`
+      assert.strictEqual(open!.n, 0)
 
       const resumedAt = Date.parse((yield* running.admin.state).now)
       const summary = yield* backfill({ progress: "none" })

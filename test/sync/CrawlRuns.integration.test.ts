@@ -1,8 +1,8 @@
 /**
  * The deletion-by-absence bookkeeping of CrawlRuns on its own, against a real database: which
  * records two clean crawls in a row missed, what an unfinished crawl's sightings change, what
- * another connection's crawls protect, what a resumed crawl overtaken by a newer one may not
- * conclude, and the exact totals of a crawl whose batches overlapped.
+ * another connection's crawls protect, how a scheduled crawl and a backfill resume each
+ * other's unfinished run, and the exact totals of a crawl whose batches overlapped.
  */
 import { assert, layer } from "@effect/vitest"
 import { Effect, Layer } from "effect"
@@ -94,16 +94,18 @@ layer(Live, options)("CrawlRuns", (it) => {
     })
   )
 
-  it.effect("a sighting by a crawl that did not finish starts the count over", () =>
+  it.effect("a sighting by a crawl that failed part way starts the count over", () =>
     Effect.gen(function* () {
       const runs = yield* CrawlRuns
       yield* cleanCrawl("two", [ids(20, 101)])
       const missed = yield* cleanCrawl("two", [ids(19, 101)])
       assert.strictEqual(missed.absent, 1)
-      // A backfill sees fa_120 and fails before its end.
+      // A backfill sees fa_120 and fails before its end; the next crawl resumes it.
       const backfill = yield* runs.open("two", "financial_accounts", "backfill")
       yield* sighted(backfill, ["fa_120"])
       yield* runs.fail(backfill, "connection reset")
+      const resumed = yield* cleanCrawl("two", [ids(19, 101)])
+      assert.strictEqual(resumed.absent, 0, "seen by the run's first part")
       const after = yield* cleanCrawl("two", [ids(19, 101)])
       assert.strictEqual(after.absent, 1)
       assert.deepStrictEqual(after.deletedIds, [], "missed once since it was last seen")
@@ -128,29 +130,32 @@ layer(Live, options)("CrawlRuns", (it) => {
     })
   )
 
-  it.effect("a resumed crawl that a newer crawl overtook counts no absences", () =>
+  it.effect("a scheduled crawl and a backfill resume each other's unfinished run, failed or interrupted", () =>
     Effect.gen(function* () {
       const sql = yield* SqlClient
       const runs = yield* CrawlRuns
       yield* cleanCrawl("four", [ids(10, 301)])
-      yield* cleanCrawl("four", [ids(9, 301)])
-      // A backfill stores its first page, and fails; a crawl runs meanwhile; the backfill resumes.
+      // A backfill stores its first page and fails: the scheduled crawl goes on from there.
       const backfill = yield* runs.open("four", "financial_accounts", "backfill")
       yield* sighted(backfill, ids(3, 301))
       yield* runs.fail(backfill, "timeout")
-      yield* cleanCrawl("four", [ids(10, 301)])
+      const crawl = yield* runs.open("four", "financial_accounts", "crawl")
+      assert.isTrue(crawl.resumed)
+      assert.strictEqual(crawl.id, backfill.id)
+      yield* sighted(crawl, ids(3, 304))
+      // Its holder dies (the orphan sweep marks the run interrupted): a backfill goes on from there.
+      yield* sql`UPDATE crm_sync.crawl_runs SET status = 'interrupted' WHERE id = ${crawl.id}`
       const resumed = yield* runs.open("four", "financial_accounts", "backfill")
-      assert.isTrue(resumed.resumed)
-      yield* sighted(resumed, ids(3, 304))
+      assert.strictEqual(resumed.id, backfill.id)
+      assert.strictEqual(resumed.nextPage, 2)
+      yield* sighted(resumed, ids(4, 307))
       const finished = yield* finish(resumed)
-      assert.strictEqual(finished.absent, 0, "its first page is older than the newer crawl's listing")
-      assert.deepStrictEqual(finished.deletedIds, [])
-      assert.include(finished.note ?? "", "newer crawl")
-      const [counted] = yield* sql<{ seen: number }>`SELECT seen FROM crm_sync.crawl_runs WHERE id = ${resumed.id}`
-      assert.strictEqual(counted!.seen, 6, "both parts of the resumed crawl count")
-      // The next clean crawl compares with everything seen since the newer crawl's finish.
-      const next = yield* cleanCrawl("four", [ids(10, 301)])
-      assert.strictEqual(next.absent, 0)
+      assert.strictEqual(finished.absent, 0)
+      const [counted] = yield* sql<{ seen: number; status: string }>`
+        SELECT seen, status FROM crm_sync.crawl_runs WHERE id = ${resumed.id}`
+      assert.deepStrictEqual(counted, { seen: 10, status: "complete" }, "every part of the resumed crawl counts")
+      const next = yield* runs.open("four", "financial_accounts", "crawl")
+      assert.isFalse(next.resumed, "a complete run is not resumed")
     })
   )
 

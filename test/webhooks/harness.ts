@@ -9,6 +9,7 @@ import { HttpClient, HttpClientRequest, HttpRouter } from "effect/http"
 import { randomBytes } from "node:crypto"
 import { Webhook } from "standardwebhooks"
 import { AppConfig } from "../../src/config/AppConfig.ts"
+import { Credentials } from "../../src/crm/Credentials.ts"
 import { HealthRoutes } from "../../src/observability/Health.ts"
 import { InboxWriter } from "../../src/webhooks/InboxWriter.ts"
 import { WebhookInbox } from "../../src/webhooks/WebhookInbox.ts"
@@ -65,7 +66,7 @@ export const deliver = (endpoint: string, secret: string, body: string, id = hoo
 
 /**
  * The intake stack (inbox, group-commit writer, intake, routes) plus health routes, served on an
- * ephemeral port; needs `AppConfig` and a `SqlClient`.
+ * ephemeral port, with Credentials (which readiness asks); needs `AppConfig` and a `SqlClient`.
  */
 export const IntakeServer = HttpRouter.serve(Layer.mergeAll(WebhookIntake.routes, HealthRoutes), {
   disableLogger: true,
@@ -74,6 +75,7 @@ export const IntakeServer = HttpRouter.serve(Layer.mergeAll(WebhookIntake.routes
   Layer.provideMerge(WebhookIntake.layer),
   Layer.provideMerge(InboxWriter.layer),
   Layer.provideMerge(WebhookInbox.layer),
+  Layer.provideMerge(Credentials.layer),
   Layer.provideMerge(NodeHttpServer.layerTest)
 )
 
