@@ -4,7 +4,7 @@
  * status, and stops cleanly on SIGTERM; with no CRM configured it refuses to start.
  */
 import { assert, describe, layer } from "@effect/vitest"
-import { Deferred, Duration, Effect, Fiber, Layer } from "effect"
+import { Deferred, Effect, Fiber, Layer } from "effect"
 import { PgClient } from "@effect/sql-pg"
 import { spawn, spawnSync } from "node:child_process"
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
@@ -16,43 +16,13 @@ import { Redacted } from "effect"
 import { Reactivity } from "effect/reactivity"
 import { Sandbox } from "../src/sandbox/Sandbox.ts"
 import { eventFixture } from "./fixtures/Fixtures.ts"
+import { eventually, freePort, get } from "./support/Daemon.ts"
 import { freshDatabase } from "./support/TestDatabase.ts"
 
 const main = new URL("../src/main.ts", import.meta.url).pathname
 const SECRET = `whsec_${Buffer.from("crm-sync daemon test secret").toString("base64")}`
 
-const freePort = Effect.promise(
-  () =>
-    new Promise<number>((resolve) => {
-      const server = createServer()
-      server.listen(0, "127.0.0.1", () => {
-        const address = server.address()
-        const port = typeof address === "object" && address !== null ? address.port : 0
-        server.close(() => resolve(port))
-      })
-    })
-)
-
 const ADMIN_TOKEN = "daemon-test-admin-token"
-
-const get = (url: string, headers: Record<string, string> = {}) =>
-  Effect.promise(() =>
-    fetch(url, { headers }).then(
-      async (response) => ({ status: response.status, text: await response.text() }),
-      () => ({ status: 0, text: "" })
-    )
-  )
-
-/** Polls until `check` holds (real time: the daemon is another process). */
-const eventually = <A>(what: string, probe: Effect.Effect<A>, check: (value: A) => boolean, seconds = 30) =>
-  Effect.gen(function* () {
-    for (let i = 0; i < seconds * 4; i++) {
-      const value = yield* probe
-      if (check(value)) return value
-      yield* Effect.sleep(Duration.millis(250))
-    }
-    return assert.fail(`timed out waiting for ${what}`)
-  })
 
 /** The environment of a daemon syncing the sandbox into `url`, its webhooks on `port`, its admin listener on `adminPort`. */
 const daemonEnv = (sandbox: Sandbox["Service"], url: string, port: number, adminPort: number) => ({

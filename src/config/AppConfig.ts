@@ -228,6 +228,12 @@ export const ConfigDocument = Schema.Struct({
   /** When set, every admin request but `/healthz` and `/readyz` needs `Authorization: Bearer <token>`. */
   admin_token: Schema.optionalKey(Secret),
   log_level: withDefault(Schema.Literals(["debug", "info", "warn", "error"]), "info"),
+  /**
+   * `apply` (default): every command applies pending migrations first. `check`: it only verifies
+   * that none is pending and stops if one is — for a runtime role that may not run DDL
+   * (ops/sql/roles.sql), with `crm-sync migrate` run as the migration owner before it.
+   */
+  migrations: withDefault(Schema.Literals(["apply", "check"]), "apply"),
   connections: withDefault(Schema.Array(Connection), []),
   webhooks: withDefault(Webhooks, {}),
   schedules: withDefault(Schedules, {}),
@@ -272,6 +278,7 @@ const Env = Config.all({
   adminPort: Config.option(Config.String("ADMIN_PORT")),
   adminToken: Config.option(Config.String("CRM_SYNC_ADMIN_TOKEN")),
   logLevel: Config.option(Config.String("LOG_LEVEL")),
+  migrations: Config.option(Config.String("CRM_SYNC_MIGRATIONS")),
   baseUrl: Config.option(Config.String("CRM_BASE_URL")),
   token: Config.option(Config.String("CRM_TOKEN")),
   tokenKind: Config.option(Config.String("CRM_TOKEN_KIND")),
@@ -289,6 +296,7 @@ export const EnvironmentVariables = [
   "ADMIN_PORT",
   "CRM_SYNC_ADMIN_TOKEN",
   "LOG_LEVEL",
+  "CRM_SYNC_MIGRATIONS",
   "CRM_BASE_URL",
   "CRM_TOKEN",
   "CRM_TOKEN_KIND",
@@ -313,6 +321,7 @@ export const mergeEnv = (file: Json, env: typeof Env extends Config.Config<infer
   set("admin_port", env.adminPort, (raw) => (/^\d+$/.test(raw) ? Number(raw) : raw))
   set("admin_token", env.adminToken)
   set("log_level", env.logLevel)
+  set("migrations", env.migrations)
   if (Option.isSome(env.reconcileSchedule) && env.reconcileSchedule.value !== "") {
     const schedules: Json = isRecord(document.schedules) ? { ...document.schedules } : {}
     schedules.reconcile = env.reconcileSchedule.value

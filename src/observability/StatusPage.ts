@@ -34,6 +34,8 @@ export interface StatusDetails {
   readonly outbox_problems: ReadonlyArray<{
     id: string
     operation: string
+    /** The record the row would create, as a person knows it (its name or title), if it has one. */
+    record: string | null
     status: string
     error: string | null
     at: string
@@ -69,8 +71,17 @@ export const statusDetails = Effect.fn("StatusPage.details")(function* (interval
   }>`
     SELECT hook_id, endpoint, event_type, last_error AS error, received_at AS at
     FROM crm_sync.webhook_inbox WHERE status = 'dead' ORDER BY received_at DESC LIMIT 20`
-  const problems = yield* sql<{ id: string; operation: string; status: string; error: string | null; at: Date }>`
-    SELECT id::text AS id, operation, status, error, updated_at AS at
+  const problems = yield* sql<{
+    id: string
+    operation: string
+    record: string | null
+    status: string
+    error: string | null
+    at: Date
+  }>`
+    SELECT id::text AS id, operation, status, error, updated_at AS at,
+           left(COALESCE(payload ->> 'name', payload ->> 'title',
+                         NULLIF(concat_ws(' ', payload ->> 'first_name', payload ->> 'last_name'), '')), 120) AS record
     FROM crm_sync.outbox WHERE status IN ('needs_review', 'failed') ORDER BY updated_at DESC LIMIT 20`
   const runs = yield* sql<{
     job: string
@@ -134,7 +145,7 @@ const jobState = (job: JobHealth, now: string): "ok" | "late" | "failed" | "neve
 const STYLE = `
 body{font:14px/1.45 system-ui,sans-serif;margin:24px;color:#1d2430;background:#f7f8fa}
 h1{font-size:20px;margin:0 0 4px}h2{font-size:15px;margin:28px 0 8px;text-transform:uppercase;letter-spacing:.04em;color:#4a5466}
-table{border-collapse:collapse;background:#fff;border:1px solid #dde1e8;min-width:50%}
+table{border-collapse:collapse;background:#fff;border:1px solid #dde1e8;min-width:50%;margin-bottom:12px}
 th,td{padding:5px 10px;border-bottom:1px solid #eceef2;text-align:left;vertical-align:top}
 th{background:#f0f2f5;font-weight:600}td.n{text-align:right;font-variant-numeric:tabular-nums}
 .ok{color:#1a7f37}.late,.never,.warn{color:#9a6700;font-weight:600}.failed,.bad{color:#cf222e;font-weight:600}
@@ -202,7 +213,7 @@ export const renderStatusPage = (report: StatusReport, details: StatusDetails): 
   const waiting = (at: string | null) => (at === null ? "" : ` — oldest waiting ${age(secondsSince(details.now, at)!)}`)
   return `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="15">
-<meta name="viewport" content="width=device-width, initial-scale=1"><title>crm-sync status</title><style>${STYLE}</style></head>
+<meta name="viewport" content="width=device-width, initial-scale=1"><link rel="icon" href="data:,"><title>crm-sync status</title><style>${STYLE}</style></head>
 <body>
 <h1>crm-sync</h1>
 <p class="muted">${e(report.config.connections.length)} connection(s): ${report.config.connections.map((c) => `${e(c.name)} (${e(c.credential)})`).join(", ") || "none"}
@@ -229,11 +240,11 @@ ${table(
   "No dead deliveries."
 )}
 ${table(
-  ["outbox row", "operation", "status", "why", "retry with"],
+  ["outbox row", "operation", "record", "status", "why", "retry with"],
   details.outbox_problems.map(
     (
       row
-    ) => `<tr><td>${e(row.id)}</td><td>${e(row.operation)}</td><td class="bad">${e(row.status)}</td><td>${e(row.error)}</td>
+    ) => `<tr><td>${e(row.id)}</td><td>${e(row.operation)}</td><td>${e(row.record)}</td><td class="bad">${e(row.status)}</td><td>${e(row.error)}</td>
       <td><code>crm-sync outbox retry ${e(row.id)}</code></td></tr>`
   ),
   "No refused or failed writes."

@@ -1,13 +1,14 @@
 /**
  * The warehouse connection: `database_url` (DATABASE_URL) when given, else the embedded
  * PostgreSQL under `data_dir` (CRM_SYNC_DATA_DIR). `MigratedDatabase` also applies pending
- * migrations before anything else touches the database, as every command that uses it must.
+ * migrations before anything else touches the database, as every command that uses it must (or,
+ * with `migrations: check`, stops when one is pending: a runtime role cannot run DDL).
  */
 import { PgClient } from "@effect/sql-pg"
 import { Context, Effect, Layer, Redacted } from "effect"
 import { AppConfig } from "../config/AppConfig.ts"
 import { acquireEmbeddedDatabase } from "./EmbeddedDatabase.ts"
-import { migrate } from "./Migrations.ts"
+import { checkMigrated, migrate } from "./Migrations.ts"
 
 export interface DatabaseInfoShape {
   readonly kind: "external" | "embedded"
@@ -49,4 +50,7 @@ export const DatabaseLive = Layer.unwrap(
   })
 )
 
-export const MigratedDatabase = Layer.effectDiscard(migrate).pipe(Layer.provideMerge(DatabaseLive))
+/** The database with pending migrations applied first — or, with `migrations: check`, refused. */
+export const MigratedDatabase = Layer.effectDiscard(
+  Effect.flatMap(AppConfig, (config) => (config.migrations === "check" ? checkMigrated : Effect.asVoid(migrate)))
+).pipe(Layer.provideMerge(DatabaseLive))

@@ -151,3 +151,37 @@ export const migrateFrom = (directory: string) =>
 
 /** Applies every pending migration of crm-sync; returns the ones applied, as `[id, name]`. */
 export const migrate = migrateFrom(migrationsDirectory)
+
+/**
+ * Fails, naming them, when migrations of `directory` are pending on this database: for a process
+ * that must not run DDL (`migrations: check`). Reads `crm_sync_migrations` and nothing else.
+ */
+export const checkMigratedFrom = (directory: string) =>
+  Effect.gen(function* () {
+    const applied = yield* appliedIds
+    const files = yield* Effect.try({
+      try: () => migrationFiles(directory),
+      catch: (cause) =>
+        new Migrator.MigrationError({ kind: "ImportError", message: `cannot read migrations: ${cause}` })
+    })
+    const pending = files.filter(([id]) => !applied.has(id)).map(([, , file]) => file.replace(/\.sql$/, ""))
+    if (pending.length > 0) {
+      return yield* new MigrationFailed({
+        message:
+          `the warehouse is ${pending.length} migration(s) behind this crm-sync (${pending.join(", ")}); ` +
+          "with migrations: check (CRM_SYNC_MIGRATIONS=check) this process does not apply them: " +
+          "run `crm-sync migrate` with the migration owner's DATABASE_URL first",
+        cause: undefined
+      })
+    }
+  }).pipe(
+    Effect.mapError((cause) =>
+      cause instanceof MigrationFailed
+        ? cause
+        : new MigrationFailed({ message: `cannot check migrations: ${cause.message}`, cause })
+    ),
+    Effect.withSpan("Migrations.check")
+  )
+
+/** Fails when any migration of crm-sync is pending. */
+export const checkMigrated = checkMigratedFrom(migrationsDirectory)

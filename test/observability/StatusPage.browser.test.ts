@@ -1,0 +1,134 @@
+/**
+ * The status page in a real browser (Debian's Chromium, driven by playwright-core) against a
+ * running daemon syncing the sandbox: it loads without console errors and shows every warehouse
+ * resource, a budget bar, the inbox counts, a dead delivery with its reason and a refused write
+ * under the name of the record it would create — an HTML-looking name, which renders as text,
+ * never as markup. The screenshot is written to
+ * `test-results/status-page.png`. `.ci/run` installs Chromium (`apt-get install chromium`);
+ * `CHROMIUM_PATH` points elsewhere.
+ */
+import { assert, layer } from "@effect/vitest"
+import { PgClient } from "@effect/sql-pg"
+import { Effect, Redacted } from "effect"
+import { Reactivity } from "effect/reactivity"
+import { existsSync, mkdirSync } from "node:fs"
+import { chromium } from "playwright-core"
+import { Webhook } from "standardwebhooks"
+import { Sandbox } from "../../src/sandbox/Sandbox.ts"
+import { eventFixture } from "../fixtures/Fixtures.ts"
+import { eventually, freePort, get, startDaemon } from "../support/Daemon.ts"
+import { freshDatabase } from "../support/TestDatabase.ts"
+
+const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium"
+const OUTPUT = new URL("../../test-results/", import.meta.url).pathname
+const SECRET = `whsec_${Buffer.from("crm-sync status page test secret").toString("base64")}`
+const TOKEN = "status-page-test-token"
+/** What a hostile or careless CRM user might type; the page must show it, not run it. */
+const HTML_LOOKING = `<img src=x onerror="window.__injected=1"><script>window.__injected=2</script>`
+
+/** A signed delivery of a task whose title and deadline are that text: it cannot decode, so it goes dead with the value in its reason. */
+const deliverPoison = (base: string) =>
+  Effect.promise(() => {
+    const id = "msg_status_page_poison"
+    const at = new Date()
+    const event = eventFixture("task.created") as { task: Record<string, unknown> }
+    const body = JSON.stringify({ ...event, task: { ...event.task, title: HTML_LOOKING, deadline_at: HTML_LOOKING } })
+    return fetch(`${base}/webhooks/default`, {
+      method: "POST",
+      headers: {
+        "content-type": "application/json",
+        "hook-id": id,
+        "hook-timestamp": String(Math.floor(at.getTime() / 1000)),
+        "hook-signature": new Webhook(SECRET).sign(id, at, body)
+      },
+      body
+    }).then((response) => response.status)
+  })
+
+layer(
+  Sandbox.layer({ records: 200, seed: 8, limits: { personal: { token: 100_000, company: 100_000, ip: 100_000 } } }),
+  { timeout: 120_000, excludeTestServices: true }
+)("the status page in a browser", (it) => {
+  it.effect("shows every resource, a budget bar and the inbox, renders user data as text, without console errors", () =>
+    Effect.gen(function* () {
+      assert.isTrue(existsSync(CHROMIUM), `no Chromium at ${CHROMIUM}: apt-get install chromium (or set CHROMIUM_PATH)`)
+      const sandbox = yield* Sandbox
+      const url = yield* freshDatabase
+      const port = yield* freePort
+      const adminPort = yield* freePort
+      const daemon = yield* startDaemon({
+        DATABASE_URL: url,
+        CRM_BASE_URL: sandbox.baseUrl,
+        CRM_TOKEN: sandbox.credentials.personalAccessToken,
+        CRM_WEBHOOK_SECRET: SECRET,
+        WEBHOOK_PORT: String(port),
+        ADMIN_PORT: String(adminPort),
+        CRM_SYNC_ADMIN_TOKEN: TOKEN,
+        LOG_LEVEL: "warn"
+      })
+      const admin = `http://127.0.0.1:${adminPort}`
+      const authorized = { authorization: `Bearer ${TOKEN}` }
+      yield* eventually("readiness", get(`${admin}/readyz`), (response) => response.status === 200)
+      assert.strictEqual(yield* deliverPoison(`http://127.0.0.1:${port}`), 200, daemon.output().slice(-2000))
+      // The firm queues a prospect with that name and no book: the CRM refuses it, for a person to see.
+      const sql = yield* PgClient.make({ url: Redacted.make(url), maxConnections: 1 }).pipe(
+        Effect.provide(Reactivity.layer)
+      )
+      yield* sql`INSERT INTO crm_sync.outbox (operation, payload)
+        VALUES ('prospect.create', ${JSON.stringify({ first_name: HTML_LOOKING, last_name: "Example" })}::jsonb)`
+      // The first sync done and the poison delivery set aside (the page is a snapshot of at most 5 s).
+      const report = yield* eventually(
+        "the first sync and the dead delivery",
+        Effect.map(get(`${admin}/status`, authorized), (response) =>
+          response.status === 200 ? JSON.parse(response.text) : {}
+        ),
+        (status) =>
+          status.resources?.financial_accounts?.rows > 0 &&
+          status.resources?.businesses?.rows > 0 &&
+          status.inbox?.dead === 1 &&
+          (status.outbox?.needs_review ?? 0) + (status.outbox?.failed ?? 0) === 1
+      )
+
+      const browser = yield* Effect.acquireRelease(
+        Effect.promise(() => chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox"] })),
+        (opened) => Effect.promise(() => opened.close())
+      )
+      const page = yield* Effect.promise(async () => {
+        const context = await browser.newContext({
+          extraHTTPHeaders: authorized,
+          viewport: { width: 1280, height: 900 }
+        })
+        return context.newPage()
+      })
+      const problems: Array<string> = []
+      page.on("console", (message) => {
+        if (message.type() === "error") problems.push(message.text())
+      })
+      page.on("pageerror", (error) => problems.push(error.message))
+      const response = yield* Effect.promise(() => page.goto(`${admin}/`, { waitUntil: "load" }))
+      assert.strictEqual(response?.status(), 200)
+
+      const text = yield* Effect.promise(() => page.locator("body").innerText())
+      for (const resource of Object.keys(report.resources)) assert.include(text, resource)
+      assert.match(text, /Webhook inbox: .*processed \d+.*dead 1|Webhook inbox: .*dead 1/)
+      assert.isAtLeast(yield* Effect.promise(() => page.locator(".bar > span").count()), 1, "a budget bar")
+      // The dead delivery with its reason; the refused write under the name the user typed, shown
+      // as text and never run.
+      assert.include(text, "msg_status_page_poison")
+      assert.include(text, `${HTML_LOOKING} Example`)
+      assert.strictEqual(
+        yield* Effect.promise(() => page.locator("img, script").count()),
+        0,
+        "no markup from user data"
+      )
+      assert.isUndefined(
+        yield* Effect.promise(() => page.evaluate(() => (globalThis as { __injected?: number }).__injected))
+      )
+      assert.deepStrictEqual(problems, [], "no console errors")
+
+      mkdirSync(OUTPUT, { recursive: true })
+      yield* Effect.promise(() => page.screenshot({ path: `${OUTPUT}status-page.png`, fullPage: true }))
+      assert.isTrue(existsSync(`${OUTPUT}status-page.png`))
+    }).pipe(Effect.scoped)
+  )
+})

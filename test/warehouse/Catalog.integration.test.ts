@@ -1,0 +1,45 @@
+/**
+ * The warehouse as analysts meet it in psql, dbt or a BI tool: every table and column of schema
+ * `crm` carries a comment, and docs/warehouse.md's diagram is the one generated from the migrated
+ * catalog (`npm run docs:erd`), so neither can fall behind a migration.
+ */
+import { assert, layer } from "@effect/vitest"
+import { Effect } from "effect"
+import { readFileSync } from "node:fs"
+import { readCatalog, renderErd, warehouseDoc, withErd } from "../../scripts/erd.ts"
+import { TestDatabase } from "../support/TestDatabase.ts"
+
+layer(TestDatabase, { timeout: 60_000, excludeTestServices: true })("the warehouse catalog", (it) => {
+  it.effect("every crm table and column has a comment", () =>
+    Effect.gen(function* () {
+      const catalog = yield* readCatalog
+      assert.isAtLeast(catalog.tables.length, 30)
+      assert.deepStrictEqual(
+        catalog.tables.filter((table) => (table.comment ?? "").trim() === "").map((table) => table.name),
+        []
+      )
+      assert.deepStrictEqual(
+        catalog.columns
+          .filter((column) => (column.comment ?? "").trim() === "")
+          .map((column) => `${column.table}.${column.column}`),
+        []
+      )
+      const balance = catalog.columns.find(
+        (column) => column.table === "financial_accounts" && column.column === "balance_in_cents"
+      )
+      assert.include(balance?.comment ?? "", "cents")
+    })
+  )
+
+  it.effect("docs/warehouse.md holds the diagram generated from the catalog (npm run docs:erd)", () =>
+    Effect.gen(function* () {
+      const catalog = yield* readCatalog
+      const document = readFileSync(warehouseDoc, "utf8")
+      const expected = yield* withErd(document, renderErd(catalog))
+      assert.strictEqual(document, expected, "docs/warehouse.md is out of date: run npm run docs:erd")
+      for (const reference of catalog.references) {
+        assert.include(document, `${reference.parent} ||--o{ ${reference.child}`)
+      }
+    })
+  )
+})
