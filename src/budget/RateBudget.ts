@@ -55,6 +55,7 @@ import {
   decide,
   type Decision,
   effectiveMargin,
+  openingMargin,
   grantable,
   type Policy,
   type Priority,
@@ -80,7 +81,7 @@ export interface BucketStatus {
   readonly window: Duration.Duration
   /** Start of the current window, if one is running. */
   readonly windowStart: DateTime.Utc | undefined
-  /** When the current window ends and a fresh one may begin (plus the safety margin). */
+  /** When the current window ends and a fresh one may begin (plus the opening margin). */
   readonly resetsAt: DateTime.Utc | undefined
   /** Set by a 429: no request is sent on this bucket before then. */
   readonly blockedUntil: DateTime.Utc | undefined
@@ -631,7 +632,7 @@ const make = Effect.fnUntraced(function* (policy: Policy, learning: Learning) {
       ...missing.map((bucket): WindowState => ({ ...bucket, windowStart: null, used: 0, blockedUntil: null }))
     ]
     return reported.map((state): BucketStatus => {
-      const margin = effectiveMargin(state.windowMs, policy)
+      const margin = openingMargin(state.windowMs, policy)
       const live = state.windowStart !== null && now < state.windowStart + state.windowMs + margin
       return {
         bucket: state.key,
