@@ -6,20 +6,8 @@
  * command, whose finalizers (database pool, embedded PostgreSQL, servers) then run in order.
  */
 import { NodeHttpClient, NodeHttpServer, NodeRuntime, NodeServices } from "@effect/platform-node"
-import {
-  Cause,
-  Console,
-  Duration,
-  Effect,
-  Exit,
-  Layer,
-  Logger,
-  Option,
-  Predicate,
-  References,
-  Runtime,
-  Schema
-} from "effect"
+import { Cause, Console, Duration, Effect, Exit, Layer, Logger, Option, References, Runtime, Schema } from "effect"
+import { oneLine } from "./observability/Text.ts"
 import { HttpRouter } from "effect/http"
 import { SqlClient } from "effect/sql/SqlClient"
 import { createServer } from "node:http"
@@ -412,17 +400,6 @@ const root = Command.make("crm-sync").pipe(
   ])
 )
 
-const oneLine = (text: string) => text.replace(/\s+/g, " ").trim()
-
-/** An error's own message, else its cause's (a server that cannot listen says only "ServeError"). */
-const describeError = (error: unknown): string => {
-  const message = error instanceof Error ? error.message : String(error)
-  if (message.trim() !== "") return message
-  const cause = Predicate.hasProperty(error, "cause") ? error.cause : undefined
-  const tag = Predicate.hasProperty(error, "_tag") ? String(error._tag) : "error"
-  return cause === undefined ? tag : `${tag}: ${describeError(cause)}`
-}
-
 const program = Command.run(root, { version: packageJson.version }).pipe(
   Effect.provide(BaseLive),
   Effect.catch((error) =>
@@ -437,7 +414,7 @@ const program = Command.run(root, { version: packageJson.version }).pipe(
         // Already rendered by the CLI (usage and the problem); only the exit code is ours.
         process.exitCode = error._tag === "ShowHelp" && error.errors.length === 0 ? 0 : 2
       } else {
-        yield* Console.error(`crm-sync: ${oneLine(describeError(error))}`)
+        yield* Console.error(`crm-sync: ${oneLine(error)}`)
         process.exitCode = 1
       }
     })
@@ -450,7 +427,7 @@ const program = Command.run(root, { version: packageJson.version }).pipe(
       : Effect.gen(function* () {
           const debug = process.env.LOG_LEVEL === "debug"
           yield* Console.error(
-            `crm-sync: unexpected error: ${oneLine(describeError(Cause.squash(cause)))}` +
+            `crm-sync: unexpected error: ${oneLine(Cause.squash(cause))}` +
               (debug ? "" : " (LOG_LEVEL=debug prints its cause)")
           )
           if (debug) yield* Console.error(Cause.pretty(cause))

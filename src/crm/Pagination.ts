@@ -53,13 +53,20 @@ const formatPath = (path: ReadonlyArray<unknown>) =>
 
 /**
  * A decoding failure in one line: where, and what was expected. With `values: false`, whatever the
- * formatter quotes of the received value is cut, so the line is safe for errors and logs.
+ * formatter quotes of the received value is cut, so the line is safe for errors and logs. `root`
+ * names what was decoded (`payload` gives `payload.book_id: ...`, or `payload: ...`).
  */
-export const describeIssue = (issue: SchemaIssue.Issue, options: { readonly values: boolean }): string => {
+export const describeIssue = (
+  issue: SchemaIssue.Issue,
+  options: { readonly values: boolean; readonly root?: string }
+): string => {
   const first = formatter(issue).issues[0]
-  if (first === undefined) return "does not match the documented shape"
+  if (first === undefined)
+    return `${options.root === undefined ? "" : `${options.root}: `}does not match the documented shape`
   const message = options.values ? first.message : first.message.replace(/,?\s*(got|actual|received)\b.*$/is, "")
-  const path = formatPath(first.path ?? [])
+  const path = [options.root, formatPath(first.path ?? [])]
+    .filter((part) => part !== undefined && part !== "")
+    .join(".")
   return `${path === "" ? "" : `${path}: `}${message.replace(/\s+/g, " ")}`.slice(0, 300)
 }
 

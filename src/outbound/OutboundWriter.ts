@@ -28,26 +28,13 @@
  * LISTEN (a database restart) is established again within seconds.
  */
 import { PgClient } from "@effect/sql-pg"
-import {
-  Cause,
-  Clock,
-  Duration,
-  Effect,
-  Fiber,
-  Layer,
-  Option,
-  Queue,
-  Random,
-  Result,
-  Schedule,
-  Schema,
-  SchemaIssue
-} from "effect"
+import { Cause, Clock, Duration, Effect, Fiber, Layer, Option, Queue, Random, Result, Schedule, Schema } from "effect"
 import { randomUUID } from "node:crypto"
 import { AppConfig } from "../config/AppConfig.ts"
 import { CrmClient, type CrmClientShape } from "../crm/CrmClient.ts"
 import type { CrmError } from "../crm/CrmError.ts"
 import * as Models from "../crm/Models.ts"
+import { describeIssue } from "../crm/Pagination.ts"
 import { Warehouse } from "../warehouse/Warehouse.ts"
 import * as Outbox from "./Outbox.ts"
 
@@ -78,17 +65,6 @@ const operations = {
 export type Operation = keyof typeof operations
 export const supportedOperations = Object.keys(operations) as ReadonlyArray<Operation>
 
-const formatter = SchemaIssue.makeFormatterStandardSchemaV1()
-
-/** The first problem with a payload, as `path: message`. */
-const describeIssue = (issue: SchemaIssue.Issue) => {
-  const first = formatter(issue).issues[0]
-  const path = (first?.path ?? [])
-    .map((segment) => (typeof segment === "object" && segment !== null && "key" in segment ? segment.key : segment))
-    .join(".")
-  return `${path === "" ? "payload" : `payload.${path}`}: ${first?.message ?? "invalid"}`
-}
-
 /** Decodes a payload for its operation: the body to send, or why it cannot be sent. */
 export const decodePayload = (operation: string, payload: unknown): Result.Result<unknown, string> => {
   // Own keys only: `constructor` or `toString` is no operation.
@@ -98,7 +74,7 @@ export const decodePayload = (operation: string, payload: unknown): Result.Resul
   const schema = operations[operation as Operation].body as Schema.Decoder<unknown>
   return Result.mapError(
     Schema.decodeUnknownResult(schema)(payload, { onExcessProperty: "error", errors: "first" }),
-    (error) => describeIssue(error.issue)
+    (error) => describeIssue(error.issue, { values: true, root: "payload" })
   )
 }
 

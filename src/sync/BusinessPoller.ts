@@ -22,6 +22,7 @@
  * since that first listing can be long) and leaves the cursor at the crawl's start.
  */
 import { Context, DateTime, Duration, Effect, Layer, Option } from "effect"
+import { type UpdatedAt, updatedAtOf } from "./UpdatedAt.ts"
 import { SqlClient } from "effect/sql/SqlClient"
 import { AppConfig } from "../config/AppConfig.ts"
 import type { CrmClientShape } from "../crm/CrmClient.ts"
@@ -52,15 +53,6 @@ export interface PollSummary {
   /** The cursor after the pass. */
   readonly cursor: string | null
   readonly crawl?: CrawlSummary
-}
-
-/** The record's `updated_at` as received, when it is a usable timestamp. */
-const updatedAtOf = (raw: unknown): { readonly iso: string; readonly ms: number } | undefined => {
-  if (typeof raw !== "object" || raw === null) return undefined
-  const value = (raw as { readonly updated_at?: unknown }).updated_at
-  if (typeof value !== "string") return undefined
-  const ms = Date.parse(value.replace(" ", "T"))
-  return Number.isNaN(ms) ? undefined : { iso: value, ms }
 }
 
 /** The latest of two timestamps (undefined: none yet). */
@@ -129,13 +121,13 @@ export class BusinessPoller extends Context.Service<
           /** Page on which each id was first read in this pass. */
           const firstSeen = new Map<string, number>()
           /** Latest updated_at read up to and including each page. */
-          const latestUpTo: Array<{ readonly iso: string; readonly ms: number } | undefined> = []
-          let latest: { readonly iso: string; readonly ms: number } | undefined
+          const latestUpTo: Array<UpdatedAt | undefined> = []
+          let latest: UpdatedAt | undefined
           let previousMs = Number.NEGATIVE_INFINITY
           let ordered = true
           /** Set when drift was seen: the furthest the cursor may go (undefined inside: not at all). */
-          let heldAt: { value: { readonly iso: string; readonly ms: number } | undefined } | undefined
-          const hold = (value: { readonly iso: string; readonly ms: number } | undefined) => {
+          let heldAt: { value: UpdatedAt | undefined } | undefined
+          const hold = (value: UpdatedAt | undefined) => {
             if (
               heldAt === undefined ||
               (heldAt.value !== undefined && (value === undefined || value.ms < heldAt.value.ms))

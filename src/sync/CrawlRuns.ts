@@ -22,6 +22,7 @@
  * one array per batch costs next to nothing, and the set arithmetic runs once, at a clean finish.
  */
 import { Context, DateTime, Effect, Layer, Schema } from "effect"
+import { percent } from "../observability/Text.ts"
 import { SqlClient } from "effect/sql/SqlClient"
 import type { SqlError } from "effect/sql/SqlError"
 import { Tables } from "../warehouse/Tables.ts"
@@ -120,8 +121,6 @@ export class CrawlRunsError extends Schema.TaggedError<CrawlRunsError>()("CrawlR
 
 const failed = (operation: string) => (cause: SqlError | Schema.SchemaError) =>
   new CrawlRunsError({ operation, message: `${operation}: ${cause.message}`, cause })
-
-const percent = (share: number) => `${Math.round(share * 1000) / 10}%`
 
 /**
  * How many fewer records than its `total_count` a whole read may show and still count absences:

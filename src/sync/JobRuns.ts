@@ -9,6 +9,7 @@ import { Cause, Context, DateTime, Effect, Exit, Layer, Option, Schema } from "e
 import { SqlClient } from "effect/sql/SqlClient"
 import type { SqlError } from "effect/sql/SqlError"
 import { CurrentLease } from "./JobLease.ts"
+import { oneLine } from "../observability/Text.ts"
 import { recordRun } from "./SyncMetrics.ts"
 
 /** What a finished job reports: requests it sent and whatever else is worth keeping. */
@@ -20,16 +21,7 @@ export interface JobOutcome {
 export type JobStatus = "succeeded" | "failed" | "interrupted"
 
 /** One line saying why a job failed: the error's own message, never a payload. */
-export const describeFailure = (cause: Cause.Cause<unknown>): string => {
-  const error = Cause.squash(cause)
-  const message =
-    error instanceof Error
-      ? error.message
-      : typeof error === "object" && error !== null && "message" in error
-        ? String(error.message)
-        : String(error)
-  return message.replace(/\s+/g, " ").trim().slice(0, 500)
-}
+export const describeFailure = (cause: Cause.Cause<unknown>): string => oneLine(cause)
 
 /** The error of a run closed for a holder that is gone. */
 const ORPHANED = "the run's process ended (or lost its database session) before the run did; the next run resumes it"

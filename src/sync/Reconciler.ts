@@ -32,6 +32,8 @@
  * allowance, write only what differs, and report what it found, so it reads pages itself.
  */
 import { Cause, Clock, Console, Context, Cron, DateTime, Duration, Effect, Layer, Option, Result, Schema } from "effect"
+import { updatedAtOf } from "./UpdatedAt.ts"
+import { percent } from "../observability/Text.ts"
 import { SqlClient } from "effect/sql/SqlClient"
 import type { HttpClient } from "effect/http"
 import { AppConfig, ConfigInvalid } from "../config/AppConfig.ts"
@@ -163,13 +165,6 @@ const NowRows = Schema.Array(Schema.Struct({ at: Schema.Date }))
 const zeroCounts: UpsertResult = { inserted: 0, updated: 0, unchanged: 0, skipped: 0, rejected: 0 }
 
 /** The record's `updated_at` as received, if it is a timestamp PostgreSQL can be handed. */
-const updatedAtOf = (raw: unknown): string | null => {
-  if (typeof raw !== "object" || raw === null) return null
-  const value = (raw as { readonly updated_at?: unknown }).updated_at
-  return typeof value === "string" && !Number.isNaN(Date.parse(value)) ? value : null
-}
-
-const percent = (share: number) => `${Math.round(share * 1000) / 10}%`
 
 const listFor = (client: CrmClientShape, resource: ReconcileResource) => {
   const options = { priority: "bulk" } as const
@@ -278,7 +273,7 @@ export class Reconciler extends Context.Service<
                         WHEN v.updated_at IS NOT NULL
                           AND (w.updated_at IS NULL OR w.updated_at < v.updated_at::timestamptz) THEN 'stale'
                         ELSE 'current' END AS state
-                      FROM unnest(${ids}::text[], ${ids.map((id) => updatedAtOf(byId.get(id)))}::text[])
+                      FROM unnest(${ids}::text[], ${ids.map((id) => updatedAtOf(byId.get(id))?.iso ?? null)}::text[])
                         AS v(id, updated_at)
                       LEFT JOIN ${tableOf(resource)} w ON w.id = v.id`.pipe(
                       Effect.flatMap(Schema.decodeUnknownEffect(StateRows))

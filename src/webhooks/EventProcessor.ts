@@ -39,6 +39,7 @@ import {
   Result,
   Schema
 } from "effect"
+import { oneLine } from "../observability/Text.ts"
 import { SqlClient } from "effect/sql/SqlClient"
 import { isSqlError, type SqlError } from "effect/sql/SqlError"
 import { randomBytes } from "node:crypto"
@@ -305,11 +306,7 @@ const onError = (what: string, pause: Duration.Input) => (cause: Cause.Cause<unk
 const isTransient = (error: unknown): boolean =>
   (error instanceof WarehouseError && error.retryable) || (isSqlError(error) && error.reason.isRetryable)
 
-const describe = (cause: Cause.Cause<unknown>): string => {
-  const error = Cause.squash(cause)
-  const text = error instanceof CrmError ? error.message : error instanceof Error ? error.message : String(error)
-  return text.replace(/\s+/g, " ").slice(0, 500)
-}
+const describe = (cause: Cause.Cause<unknown>): string => oneLine(cause)
 
 // ---------------------------------------------------------------------------------------------
 // The service

@@ -13,6 +13,7 @@
  * writer goes on with the next batch.
  */
 import { Cause, Context, Deferred, Effect, Layer, Queue, Schema } from "effect"
+import { oneLine } from "../observability/Text.ts"
 import * as Metrics from "../observability/Metrics.ts"
 import { type InboxRow, WebhookInbox } from "./WebhookInbox.ts"
 
@@ -37,8 +38,7 @@ interface Waiting {
   readonly done: Deferred.Deferred<AcceptResult, InboxUnavailable>
 }
 
-const describe = (cause: unknown) =>
-  cause instanceof Error ? cause.message.replace(/\s+/g, " ").slice(0, 200) : "database error"
+const describe = (cause: unknown) => oneLine(cause, 200)
 
 export class InboxWriter extends Context.Service<
   InboxWriter,

@@ -13,6 +13,8 @@ import { AppConfig } from "../../src/config/AppConfig.ts"
 import { CrmClient } from "../../src/crm/CrmClient.ts"
 import { Credentials } from "../../src/crm/Credentials.ts"
 import { Sandbox } from "../../src/sandbox/Sandbox.ts"
+import { EVENT_TYPES } from "../../src/sandbox/Webhooks.ts"
+import { UntypedEventTypes } from "../../src/crm/Events.ts"
 import { Warehouse } from "../../src/warehouse/Warehouse.ts"
 import { EventProcessor, EventProcessorLive } from "../../src/webhooks/EventProcessor.ts"
 import { subscribe, SubscriptionRefused, unsubscribe } from "../../src/webhooks/Subscriptions.ts"
@@ -113,22 +115,9 @@ layer(TestLayer, { excludeTestServices: true, timeout: 120_000 })("against the s
         clientId,
         url: url("default"),
         secret: secrets.default,
-        eventTypes: [
-          "meeting.created",
-          "meeting.updated",
-          "meeting.deleted",
-          "meeting.transcript_ready",
-          "task.created",
-          "task.updated",
-          "task.completed",
-          "task.reopened",
-          "task.deleted",
-          "note.created",
-          "note.updated",
-          "note.deleted"
-        ]
+        eventTypes: EVENT_TYPES.filter((type) => !(UntypedEventTypes as ReadonlyArray<string>).includes(type))
       })
-      for (const type of ["client.created", "client.updated", "prospect.created"] as const) {
+      for (const type of UntypedEventTypes) {
         const name = type.replace(".", "-") as keyof typeof secrets
         yield* admin.registerEndpoint({ clientId, url: url(name), secret: secrets[name], eventTypes: [type] })
       }
