@@ -9,7 +9,6 @@ import { NodeHttpClient, NodeHttpServer, NodeRuntime, NodeServices } from "@effe
 import { Cause, Console, Duration, Effect, Exit, Layer, Logger, Option, References, Runtime, Schema } from "effect"
 import { oneLine } from "./observability/Text.ts"
 import { HttpRouter } from "effect/http"
-import { SqlClient } from "effect/sql/SqlClient"
 import { createServer } from "node:http"
 import { Argument, CliError, Command, Flag } from "effect/cli"
 import packageJson from "../package.json" with { type: "json" }
@@ -272,11 +271,9 @@ const demo = Command.make(
       const program = Effect.gen(function* () {
         yield* (yield* Credentials).store(config.connections[0]!, tokens)
         yield* Subscriptions.subscribe(config.connections[0]!.name)
-        const sql = yield* SqlClient
         const book = (yield* sandbox.admin.state).books[0]!.id
         // One write of the firm's own, for the outbound writer to push.
-        yield* sql`INSERT INTO crm_sync.outbox (operation, payload)
-                   VALUES ('prospect.create', ${JSON.stringify({ book_id: book, first_name: "Ada", last_name: "Outbox" })}::jsonb)`
+        yield* Outbox.enqueue("prospect.create", { book_id: book, first_name: "Ada", last_name: "Outbox" })
         yield* Effect.forkScoped(demoActivity)
         yield* Effect.logInfo(
           `demo: try \`crm-sync status\` in another shell, or the status page at http://127.0.0.1:${config.admin_port}/`

@@ -55,7 +55,6 @@ import {
   decide,
   type Decision,
   effectiveMargin,
-  openingMargin,
   grantable,
   type Policy,
   type Priority,
@@ -81,7 +80,7 @@ export interface BucketStatus {
   readonly window: Duration.Duration
   /** Start of the current window, if one is running. */
   readonly windowStart: DateTime.Utc | undefined
-  /** When the current window ends and a fresh one may begin (plus the opening margin). */
+  /** When the current window ends and a fresh one may begin (plus the safety margin). */
   readonly resetsAt: DateTime.Utc | undefined
   /** Set by a 429: no request is sent on this bucket before then. */
   readonly blockedUntil: DateTime.Utc | undefined
@@ -632,7 +631,7 @@ const make = Effect.fnUntraced(function* (policy: Policy, learning: Learning) {
       ...missing.map((bucket): WindowState => ({ ...bucket, windowStart: null, used: 0, blockedUntil: null }))
     ]
     return reported.map((state): BucketStatus => {
-      const margin = openingMargin(state.windowMs, policy)
+      const margin = effectiveMargin(state.windowMs, policy)
       const live = state.windowStart !== null && now < state.windowStart + state.windowMs + margin
       return {
         bucket: state.key,
@@ -667,3 +666,34 @@ const make = Effect.fnUntraced(function* (policy: Policy, learning: Learning) {
 
   return RateBudget.of({ acquire, tryAcquire, markExhausted, status, timeUntil, policy })
 })
+
+/** Every bucket's current window as stored, with a learned ceiling younger than `ttl` (for `status`). */
+export const bucketWindows = (ttl: Duration.Duration) =>
+  Effect.gen(function* () {
+    const sql = yield* SqlClient
+    return yield* sql<{
+      bucket: string
+      scope: string
+      used: number
+      request_limit: number
+      resets_at: Date | null
+      blocked_until: Date | null
+      learned_limit: number | null
+    }>`
+      SELECT bucket, scope, used, request_limit,
+             window_start + window_ms * interval '1 millisecond' AS resets_at, blocked_until,
+             CASE WHEN learned_at > now() - ${`${Duration.toSeconds(ttl)} seconds`}::interval
+                  THEN learned_limit END AS learned_limit
+      FROM crm_sync.rate_windows ORDER BY bucket`
+  })
+
+/** The learned ceilings younger than `ttl` of these buckets (for the plan). */
+export const learnedCeilings = (buckets: ReadonlyArray<string>, ttl: Duration.Duration) =>
+  Effect.gen(function* () {
+    const sql = yield* SqlClient
+    const rows = yield* sql<{ bucket: string; learned_limit: number }>`
+      SELECT bucket, learned_limit FROM crm_sync.rate_windows
+      WHERE bucket = ANY(${buckets}::text[]) AND learned_limit IS NOT NULL
+        AND learned_at > now() - ${`${Duration.toSeconds(ttl)} seconds`}::interval`
+    return new Map(rows.map((row) => [row.bucket, row.learned_limit]))
+  })

@@ -5,16 +5,18 @@
  * runs it forward in time (`timeUntil`).
  *
  * A window begins at its first permit and lasts `windowMs` (spec §8: "a fixed one-hour window
- * that begins at its first request"). Two margins protect against the gap between our permit and
- * the server's count of the request (network latency, a slow event loop):
+ * that begins at its first request"). Two margins of `marginMs` protect against the gap between
+ * our permit and the server's count of the request (network latency, a slow event loop):
  *
  * - no permit is granted in the last `marginMs` of a window ("closing"), so a request permitted
  *   late still reaches the server inside the server's window rather than opening its next one;
- * - a new window does not start until half of `marginMs` after the old one ended ("opening"),
- *   because the server's window began when our first request *arrived*, a little after our first
- *   permit, and so ends a little after ours. That gap is one request's way to the server, far less
- *   than the closing margin must cover (a permit granted late, then queued behind others), so half
- *   of it is ample, and each window boundary loses half as much time.
+ * - a new window does not start until `marginMs` after the old one ended, because the server's
+ *   window began when our first request *arrived*, after our first permit, and so ends after
+ *   ours. That gap is not only the request's way to the server: a crawl's permits are taken
+ *   ahead and held for up to a second (RateBudget's BULK_HOLD_MS), so the first request of a
+ *   window may leave that much after the permit that began it. Half the margin was tried: each
+ *   boundary lost 0.5 s instead of 1 s, but requests sent early in a window were counted by the
+ *   server in the last one, and 429s came back at window starts.
  *
  * Windows are anchored to events, not to wall-clock hours, so clock skew between our hosts and the
  * CRM does not matter; only that latency does. Priorities share a window through reserves: bulk
@@ -64,10 +66,6 @@ export type Decision =
 export const effectiveMargin = (windowMs: number, policy: Policy): number =>
   Math.max(0, Math.min(policy.marginMs, Math.floor(windowMs / 10)))
 
-/** How long after a window's end the next may begin: half the closing margin (see above). */
-export const openingMargin = (windowMs: number, policy: Policy): number =>
-  Math.ceil(effectiveMargin(windowMs, policy) / 2)
-
 const reserveShare = (priority: Priority, policy: Policy): number =>
   priority === "interactive"
     ? 0
@@ -75,9 +73,9 @@ const reserveShare = (priority: Priority, policy: Policy): number =>
       ? policy.reserveInteractive
       : Math.min(1, policy.reserveInteractive + policy.reserveIncremental)
 
-/** The window `state` is in at `now`: its own, or a fresh one if it has ended (plus the opening margin). */
-const current = (state: WindowState, now: number, opening: number): { start: number; used: number } =>
-  state.windowStart === null || now >= state.windowStart + state.windowMs + opening
+/** The window `state` is in at `now`: its own, or a fresh one if it has ended (plus margin). */
+const current = (state: WindowState, now: number, margin: number): { start: number; used: number } =>
+  state.windowStart === null || now >= state.windowStart + state.windowMs + margin
     ? { start: now, used: 0 }
     : { start: state.windowStart, used: state.used }
 
@@ -101,7 +99,6 @@ export const earliest = (
   policy: Policy
 ): { readonly at: number; readonly reason: WaitReason | undefined } => {
   const margin = effectiveMargin(state.windowMs, policy)
-  const opening = openingMargin(state.windowMs, policy)
   const share = reserveShare(priority, policy)
   let at = now
   let reason: WaitReason | undefined = undefined
@@ -109,11 +106,11 @@ export const earliest = (
     at = state.blockedUntil
     reason = "blocked"
   }
-  let { start, used } = current(state, at, opening)
+  let { start, used } = current(state, at, margin)
   // At most three steps: this window, its close, then a fresh window (where permits ≤ limit fits).
   for (let step = 0; step < 3; step++) {
     const closeAt = start + state.windowMs - margin
-    const nextStart = start + state.windowMs + opening
+    const nextStart = start + state.windowMs + margin
     if (at >= closeAt) {
       at = nextStart
       reason ??= "closing"
@@ -163,7 +160,7 @@ export const decide = (
   return {
     kind: "grant",
     windows: states.map((state) => {
-      const { start, used } = current(state, now, openingMargin(state.windowMs, policy))
+      const { start, used } = current(state, now, effectiveMargin(state.windowMs, policy))
       return { ...state, windowStart: start, used: used + permits }
     })
   }
@@ -205,7 +202,7 @@ export const timeUntil = (
 export const grantable = (state: WindowState, now: number, priority: Priority, policy: Policy): number => {
   if (state.blockedUntil !== null && now < state.blockedUntil) return 0
   const margin = effectiveMargin(state.windowMs, policy)
-  const { start, used } = current(state, now, openingMargin(state.windowMs, policy))
+  const { start, used } = current(state, now, margin)
   const closeAt = start + state.windowMs - margin
   if (now >= closeAt) return 0
   const reserve = reserveAt(start, closeAt, now, reserveShare(priority, policy), state.limit)

@@ -376,3 +376,11 @@ export class Credentials extends Context.Service<
     })
   )
 }
+
+/** The connections whose grant the CRM refused (`invalid_grant`): `crm-sync connect` again. */
+export const needingReauthorization = Effect.gen(function* () {
+  const sql = yield* SqlClient
+  const rows = yield* sql<{ connection: string }>`
+    SELECT connection FROM crm_sync.credentials WHERE needs_reauthorization ORDER BY connection`
+  return rows.map((row) => row.connection)
+})

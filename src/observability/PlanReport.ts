@@ -5,10 +5,15 @@
  * request rates, the reconcile cron's runs per day — and renders the result for `crm-sync plan`.
  */
 import { Cron, Duration, Effect, Result } from "effect"
-import { SqlClient } from "effect/sql/SqlClient"
 import type { AppConfigShape, Connection } from "../config/AppConfig.ts"
 import { bucketsFor, strictest } from "../budget/Buckets.ts"
 import { type ConnectionPlan, type CrawlInput, formatDuration, planConnection } from "../budget/Plan.ts"
+import { learnedCeilings } from "../budget/RateBudget.ts"
+import { attemptsLastDay } from "../outbound/Outbox.ts"
+import { lastListingTotal } from "../sync/CrawlRuns.ts"
+import { averagePollRequests } from "../sync/JobRuns.ts"
+import { liveRows } from "../warehouse/Warehouse.ts"
+import { receivedLastDay } from "../webhooks/WebhookInbox.ts"
 
 /** Page size of every listing crm-sync reads (spec §8: maximum 100). */
 const PER_PAGE = 100
@@ -41,45 +46,23 @@ export const runsPerDay = (expression: string, from: Date): number =>
   })
 
 const averageRequests = (job: string, connection: string, fallback: number) =>
-  Effect.gen(function* () {
-    const sql = yield* SqlClient
-    const rows = yield* sql<{ avg: number | null }>`
-      SELECT avg(requests)::float8 AS avg FROM (
-        SELECT requests FROM crm_sync.job_runs
-        WHERE job = ${job} AND connection = ${connection} AND status = 'succeeded'
-          AND coalesce(detail->>'mode', 'poll') = 'poll'
-        ORDER BY id DESC LIMIT 20) recent`
-    const avg = rows[0]?.avg ?? null
-    return avg === null ? fallback : Math.max(1, Math.round(avg * 10) / 10)
-  })
+  Effect.map(averagePollRequests(job, connection), (avg) =>
+    avg === null ? fallback : Math.max(1, Math.round(avg * 10) / 10)
+  )
 
 /** Records in a listing: the latest crawl's total, else the warehouse's live rows. */
 const listingSize = (connection: string, resource: string) =>
   Effect.gen(function* () {
-    const sql = yield* SqlClient
-    const crawls = yield* sql<{ total: number | null }>`
-      SELECT total_count AS total FROM crm_sync.crawl_runs
-      WHERE connection = ${connection} AND resource = ${resource} AND total_count IS NOT NULL
-      ORDER BY id DESC LIMIT 1`
-    const total = crawls[0]?.total ?? null
-    if (total !== null) return total
-    const rows = yield* sql<{ n: number }>`
-      SELECT count(*)::int AS n FROM ${sql(`crm.${resource}`)} WHERE deleted_at IS NULL`
-    return rows[0]?.n ?? 0
+    const total = yield* lastListingTotal(connection, resource)
+    return total !== null ? total : yield* liveRows(resource)
   })
 
 /** Requests per hour over the last day: outbox attempts of this connection, and transcript reads. */
 const recentRates = (connection: string, isFirst: boolean) =>
   Effect.gen(function* () {
-    const sql = yield* SqlClient
-    const outbound = yield* sql<{ n: number }>`
-      SELECT coalesce(sum(attempts), 0)::int AS n FROM crm_sync.outbox
-      WHERE updated_at > now() - interval '24 hours'
-        AND (connection = ${connection} OR (connection IS NULL AND ${isFirst}))`
-    const followUps = yield* sql<{ n: number }>`
-      SELECT count(*)::int AS n FROM crm_sync.webhook_inbox
-      WHERE event_type = 'meeting.transcript_ready' AND received_at > now() - interval '24 hours'`
-    return { outboundPerHour: (outbound[0]?.n ?? 0) / 24, followUpPerHour: (followUps[0]?.n ?? 0) / 24 }
+    const outbound = yield* attemptsLastDay(connection, isFirst)
+    const followUps = yield* receivedLastDay("meeting.transcript_ready")
+    return { outboundPerHour: outbound / 24, followUpPerHour: followUps / 24 }
   })
 
 /** The plan input of one connection, read from the database. */
@@ -87,12 +70,10 @@ const inputFor = (config: AppConfigShape, connection: Connection, now: Date) =>
   Effect.gen(function* () {
     // Each bucket at the ceiling the budget learned for it (others spend the rest), while it holds.
     const specs = bucketsFor(connection)
-    const sql = yield* SqlClient
-    const learnedRows = yield* sql<{ bucket: string; learned_limit: number }>`
-      SELECT bucket, learned_limit FROM crm_sync.rate_windows
-      WHERE bucket = ANY(${specs.map((spec) => spec.key)}::text[]) AND learned_limit IS NOT NULL
-        AND learned_at > now() - ${`${Duration.toSeconds(config.budget.learned_ceiling_ttl)} seconds`}::interval`
-    const learned = new Map(learnedRows.map((row) => [row.bucket, row.learned_limit]))
+    const learned = yield* learnedCeilings(
+      specs.map((spec) => spec.key),
+      config.budget.learned_ceiling_ttl
+    )
     const effective = specs.map((spec) => ({
       ...spec,
       limit: Math.min(spec.limit, learned.get(spec.key) ?? spec.limit)

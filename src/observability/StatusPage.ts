@@ -9,6 +9,9 @@
  */
 import { Effect } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
+import { oldestWaitingRow, rowsNeedingAPerson } from "../outbound/Outbox.ts"
+import { jobHealth, recentRuns } from "../sync/JobRuns.ts"
+import { deadDeliveries, oldestWaitingDelivery } from "../webhooks/WebhookInbox.ts"
 import type { StatusReport } from "./StatusReport.ts"
 
 export interface JobHealth {
@@ -58,52 +61,16 @@ const iso = (value: Date | string | null | undefined): string | null =>
 export const statusDetails = Effect.fn("StatusPage.details")(function* (intervals: Readonly<Record<string, number>>) {
   const sql = yield* SqlClient
   const [clock] = yield* sql<{ now: Date }>`SELECT now() AS now`
-  const [inbox] = yield* sql<{ at: Date | null }>`
-    SELECT min(received_at) AS at FROM crm_sync.webhook_inbox WHERE status IN ('pending', 'failed')`
-  const [outbox] = yield* sql<{ at: Date | null }>`
-    SELECT min(created_at) AS at FROM crm_sync.outbox WHERE status IN ('pending', 'in_flight')`
-  const dead = yield* sql<{
-    hook_id: string
-    endpoint: string
-    event_type: string | null
-    error: string | null
-    at: Date
-  }>`
-    SELECT hook_id, endpoint, event_type, last_error AS error, received_at AS at
-    FROM crm_sync.webhook_inbox WHERE status = 'dead' ORDER BY received_at DESC LIMIT 20`
-  const problems = yield* sql<{
-    id: string
-    operation: string
-    record: string | null
-    status: string
-    error: string | null
-    at: Date
-  }>`
-    SELECT id::text AS id, operation, status, error, updated_at AS at,
-           left(COALESCE(payload ->> 'name', payload ->> 'title',
-                         NULLIF(concat_ws(' ', payload ->> 'first_name', payload ->> 'last_name'), '')), 120) AS record
-    FROM crm_sync.outbox WHERE status IN ('needs_review', 'failed') ORDER BY updated_at DESC LIMIT 20`
-  const runs = yield* sql<{
-    job: string
-    connection: string | null
-    status: string
-    started_at: Date
-    seconds: number | null
-    error: string | null
-  }>`
-    SELECT job, connection, status, started_at,
-           extract(epoch FROM finished_at - started_at)::float8 AS seconds, error
-    FROM crm_sync.job_runs ORDER BY id DESC LIMIT 15`
-  const jobs = yield* sql<{ job: string; connection: string | null; last_success: Date | null; last_status: string }>`
-    SELECT DISTINCT ON (job, connection) job, connection, last_status,
-           (SELECT max(finished_at) FROM crm_sync.job_runs s
-            WHERE s.job = r.job AND s.connection IS NOT DISTINCT FROM r.connection AND s.status = 'succeeded') AS last_success
-    FROM (SELECT job, connection, status AS last_status, id FROM crm_sync.job_runs) r
-    ORDER BY job, connection, id DESC`
+  const inboxWaiting = yield* oldestWaitingDelivery
+  const outboxWaiting = yield* oldestWaitingRow
+  const dead = yield* deadDeliveries(20)
+  const problems = yield* rowsNeedingAPerson(20)
+  const runs = yield* recentRuns(15)
+  const jobs = yield* jobHealth
   return {
     now: iso(clock!.now)!,
-    oldest_inbox_waiting: iso(inbox?.at),
-    oldest_outbox_waiting: iso(outbox?.at),
+    oldest_inbox_waiting: iso(inboxWaiting),
+    oldest_outbox_waiting: iso(outboxWaiting),
     dead: dead.map((row) => ({ ...row, at: iso(row.at)! })),
     outbox_problems: problems.map((row) => ({ ...row, at: iso(row.at)! })),
     runs: runs.map((row) => ({ ...row, started_at: iso(row.started_at)! })),

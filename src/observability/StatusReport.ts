@@ -8,7 +8,14 @@ import { Context, Duration, Effect, Layer } from "effect"
 import { HttpRouter, HttpServerResponse } from "effect/http"
 import { SqlClient } from "effect/sql/SqlClient"
 import { AppConfig, type AppConfigShape } from "../config/AppConfig.ts"
+import { bucketWindows } from "../budget/RateBudget.ts"
+import { needingReauthorization } from "../crm/Credentials.ts"
+import { outboxCounts } from "../outbound/Outbox.ts"
+import { latestCursors } from "../sync/Cursors.ts"
+import { latestRuns } from "../sync/JobRuns.ts"
 import { DatabaseInfo, type DatabaseInfoShape } from "../warehouse/Database.ts"
+import { tableStats } from "../warehouse/Warehouse.ts"
+import { inboxCounts } from "../webhooks/WebhookInbox.ts"
 import type { ConnectionPlan } from "../budget/Plan.ts"
 import { planReport } from "./PlanReport.ts"
 
@@ -60,58 +67,25 @@ const counts = (rows: ReadonlyArray<{ status: string; n: number }>) =>
 const iso = (value: unknown): string | null =>
   value === null || value === undefined ? null : value instanceof Date ? value.toISOString() : String(value)
 
-/** Top-level resource tables: those of schema `crm` that carry the contract's `synced_at` column. */
-const resourceTables = (sql: SqlClient) =>
-  sql<{ table_name: string }>`
-    SELECT c.table_name FROM information_schema.columns c
-    WHERE c.table_schema = 'crm' AND c.column_name = 'synced_at'
-      AND EXISTS (SELECT 1 FROM information_schema.columns d
-                  WHERE d.table_schema = 'crm' AND d.table_name = c.table_name AND d.column_name = 'deleted_at')
-    ORDER BY c.table_name`
-
 export const statusReport = Effect.fn("StatusReport.make")(function* (
   config: AppConfigShape,
   database: DatabaseInfoShape
 ) {
-  const sql = yield* SqlClient
-  const tables = yield* resourceTables(sql)
-  const cursors = yield* sql<{ resource: string; cursor: Date | null }>`
-    SELECT resource, max(cursor) AS cursor FROM crm_sync.cursors GROUP BY resource`
+  const cursors = yield* latestCursors
   const resources: Record<string, ResourceStatus> = {}
-  for (const { table_name } of tables) {
-    const [row] = yield* sql<{ rows: number; deleted: number; last_sync: Date | null }>`
-      SELECT count(*)::int AS rows, count(deleted_at)::int AS deleted, max(synced_at) AS last_sync
-      FROM ${sql(`crm.${table_name}`)}`
-    resources[table_name] = {
-      rows: row?.rows ?? 0,
-      deleted: row?.deleted ?? 0,
-      last_sync: iso(row?.last_sync),
-      cursor: iso(cursors.find((cursor) => cursor.resource === table_name)?.cursor)
+  for (const table of yield* tableStats) {
+    resources[table.table] = {
+      rows: table.rows,
+      deleted: table.deleted,
+      last_sync: iso(table.last_sync),
+      cursor: iso(cursors.find((cursor) => cursor.resource === table.table)?.cursor)
     }
   }
-  const windows = yield* sql<{
-    bucket: string
-    scope: string
-    used: number
-    request_limit: number
-    resets_at: Date | null
-    blocked_until: Date | null
-    learned_limit: number | null
-  }>`
-    SELECT bucket, scope, used, request_limit,
-           window_start + window_ms * interval '1 millisecond' AS resets_at, blocked_until,
-           CASE WHEN learned_at > now() - ${`${Duration.toSeconds(config.budget.learned_ceiling_ttl)} seconds`}::interval
-                THEN learned_limit END AS learned_limit
-    FROM crm_sync.rate_windows ORDER BY bucket`
-  const inbox = yield* sql<{ status: string; n: number }>`
-    SELECT status, count(*)::int AS n FROM crm_sync.webhook_inbox GROUP BY status ORDER BY status`
-  const outbox = yield* sql<{ status: string; n: number }>`
-    SELECT status, count(*)::int AS n FROM crm_sync.outbox GROUP BY status ORDER BY status`
-  const reauth = yield* sql<{ connection: string }>`
-    SELECT connection FROM crm_sync.credentials WHERE needs_reauthorization ORDER BY connection`
-  const jobs = yield* sql<{ job: string; connection: string | null; status: string; finished_at: Date | null }>`
-    SELECT DISTINCT ON (job, connection) job, connection, status, finished_at
-    FROM crm_sync.job_runs ORDER BY job, connection, id DESC`
+  const windows = yield* bucketWindows(config.budget.learned_ceiling_ttl)
+  const inbox = yield* inboxCounts
+  const outbox = yield* outboxCounts
+  const reauth = yield* needingReauthorization
+  const jobs = yield* latestRuns
   return {
     generated_at: new Date(yield* Effect.clockWith((clock) => clock.currentTimeMillis)).toISOString(),
     config: {
@@ -137,7 +111,7 @@ export const statusReport = Effect.fn("StatusReport.make")(function* (
     })),
     inbox: counts(inbox),
     outbox: counts(outbox),
-    connections_needing_reauthorization: reauth.map((row) => row.connection),
+    connections_needing_reauthorization: reauth,
     last_jobs: jobs.map((job) => ({ ...job, finished_at: iso(job.finished_at) })),
     plan: yield* planReport(config)
   } satisfies StatusReport

@@ -37,6 +37,12 @@ export class OutboxRowNotFound extends Schema.TaggedError<OutboxRowNotFound>()("
   }
 }
 
+/** Queues a write the way a firm does: `(operation, payload)`; crm-sync fills in the rest. */
+export const enqueue = Effect.fn("Outbox.enqueue")(function* (operation: string, payload: unknown) {
+  const sql = yield* SqlClient
+  yield* sql`INSERT INTO crm_sync.outbox (operation, payload) VALUES (${operation}, ${JSON.stringify(payload)}::jsonb)`
+})
+
 export const claim = Effect.fn("Outbox.claim")(function* (options: {
   readonly worker: string
   readonly limit: number
@@ -171,3 +177,54 @@ export const retry = Effect.fn("Outbox.retry")(function* (id: string, options: {
     })
   )
 })
+
+// ---------------------------------------------------------------------------------------------
+// Reads for status, the status page and the plan
+// ---------------------------------------------------------------------------------------------
+
+/** Rows by status. */
+export const outboxCounts = Effect.gen(function* () {
+  const sql = yield* SqlClient
+  return yield* sql<{ status: string; n: number }>`
+    SELECT status, count(*)::int AS n FROM crm_sync.outbox GROUP BY status ORDER BY status`
+})
+
+/** When the oldest row still to send (pending or in flight) was queued. */
+export const oldestWaitingRow = Effect.gen(function* () {
+  const sql = yield* SqlClient
+  const [row] = yield* sql<{ at: Date | null }>`
+    SELECT min(created_at) AS at FROM crm_sync.outbox WHERE status IN ('pending', 'in_flight')`
+  return row?.at ?? null
+})
+
+/**
+ * The `limit` most recently settled rows that need a person (`needs_review`, `failed`), with the
+ * record each would create as a person knows it (its name or title).
+ */
+export const rowsNeedingAPerson = (limit: number) =>
+  Effect.gen(function* () {
+    const sql = yield* SqlClient
+    return yield* sql<{
+      id: string
+      operation: string
+      record: string | null
+      status: string
+      error: string | null
+      at: Date
+    }>`
+      SELECT id::text AS id, operation, status, error, updated_at AS at,
+             left(COALESCE(payload ->> 'name', payload ->> 'title',
+                           NULLIF(concat_ws(' ', payload ->> 'first_name', payload ->> 'last_name'), '')), 120) AS record
+      FROM crm_sync.outbox WHERE status IN ('needs_review', 'failed') ORDER BY updated_at DESC LIMIT ${limit}`
+  })
+
+/** Attempts sent in the last 24 hours for `connection` (rows with none count for the first connection). */
+export const attemptsLastDay = (connection: string, isFirst: boolean) =>
+  Effect.gen(function* () {
+    const sql = yield* SqlClient
+    const [row] = yield* sql<{ n: number }>`
+      SELECT coalesce(sum(attempts), 0)::int AS n FROM crm_sync.outbox
+      WHERE updated_at > now() - interval '24 hours'
+        AND (connection = ${connection} OR (connection IS NULL AND ${isFirst}))`
+    return row?.n ?? 0
+  })

@@ -16,7 +16,7 @@
  * elsewhere it logs a line per resource every 15 seconds. It ends with a summary table on stdout.
  * A resource that fails does not stop the others; the backfill then fails, after the table.
  */
-import { Clock, Console, Duration, Effect, Logger, Schema } from "effect"
+import { Clock, Console, Duration, Effect, Logger } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
 import { AppConfig } from "../config/AppConfig.ts"
 import { strictest } from "../budget/Buckets.ts"
@@ -321,33 +321,13 @@ const backfillResource = (client: CrmClientShape, resource: BackfillResource, di
     return { row: { ...row, status: "done", seconds } satisfies BackfillRow, error: undefined }
   })
 
-const FinishedRow = Schema.Array(Schema.Struct({ connection: Schema.String, job: Schema.String }))
-
 /**
  * The resources an unfinished backfill of the same selection already completed, as
- * `connection/resource`: a backfill killed part way is resumed, not started over. A backfill is
- * unfinished when its `backfill` run in job_runs is not `succeeded` and came after the last one
- * that is; its resources done since then are skipped (and an interrupted crawl resumes page-wise).
+ * `connection/resource`: a backfill killed part way is resumed, not started over (and an
+ * interrupted crawl resumes page-wise). JobRuns.backfilledSince has the rule.
  */
 const finishedEarlier = (resources: ReadonlyArray<BackfillResource>) =>
-  Effect.gen(function* () {
-    const sql = yield* SqlClient
-    const selection = JSON.stringify(resources)
-    const rows = yield* sql`
-      WITH last_complete AS (
-        SELECT COALESCE(max(finished_at), '-infinity'::timestamptz) AS at FROM crm_sync.job_runs
-        WHERE job = 'backfill' AND status = 'succeeded' AND detail -> 'resources' = ${selection}::jsonb
-      ),
-      unfinished AS (
-        SELECT min(r.started_at) AS since FROM crm_sync.job_runs r, last_complete c
-        WHERE r.job = 'backfill' AND r.status <> 'succeeded' AND r.started_at > c.at
-          AND r.detail -> 'resources' = ${selection}::jsonb
-      )
-      SELECT DISTINCT r.connection, r.job FROM crm_sync.job_runs r, unfinished u
-      WHERE u.since IS NOT NULL AND r.job LIKE 'backfill:%' AND r.status = 'succeeded' AND r.started_at >= u.since`
-    const finished = yield* Schema.decodeUnknownEffect(FinishedRow)(rows)
-    return new Set(finished.map((row) => `${row.connection}/${row.job.slice("backfill:".length)}`))
-  })
+  Effect.flatMap(JobRuns, (jobRuns) => jobRuns.backfilledSince(resources))
 
 const run = Effect.fn("backfill")(function* (options?: BackfillOptions) {
   const config = yield* AppConfig

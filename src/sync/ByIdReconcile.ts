@@ -13,11 +13,11 @@
  * Only rows in the connection's own books are read (`GET /v1/books`): with several connections on
  * one warehouse, a record another connection's user sees would answer 404 here without being gone.
  */
-import { DateTime, Effect, Schema } from "effect"
+import { DateTime, Effect } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
 import { type CrmClientShape, CrmPermitSpent, type NoteParent, type Received } from "../crm/CrmClient.ts"
 import type { CrmError } from "../crm/CrmError.ts"
-import { Warehouse } from "../warehouse/Warehouse.ts"
+import { type KnownRecord, Warehouse } from "../warehouse/Warehouse.ts"
 import { idOf, PER_PAGE } from "./PageCrawler.ts"
 
 /** The resources read one id at a time. */
@@ -57,17 +57,17 @@ export const emptyByIdReport: ByIdReport = {
 
 type Outcome = "current" | "repaired" | "deleted" | "rejected" | "unreadable"
 
-const Candidates = Schema.Array(
-  Schema.Struct({
-    resource: Schema.Literals(ByIdResources),
-    id: Schema.String,
-    notable_type: Schema.NullOr(Schema.String),
-    notable_id: Schema.NullOr(Schema.String),
-    household_id: Schema.NullOr(Schema.String)
+type Candidate = KnownRecord
+
+/** When each record of `connection` was last checked by id, epoch milliseconds by `resource/id`. */
+const lastChecks = (connection: string) =>
+  Effect.gen(function* () {
+    const sql = yield* SqlClient
+    const rows = yield* sql<{ key: string; checked_ms: number }>`
+      SELECT resource || '/' || id AS key, (extract(epoch FROM checked_at) * 1000)::float8 AS checked_ms
+      FROM crm_sync.by_id_checks WHERE connection = ${connection}`
+    return new Map(rows.map((row) => [row.key, row.checked_ms]))
   })
-)
-type Candidate = (typeof Candidates.Type)[number]
-const CountRows = Schema.Array(Schema.Struct({ n: Schema.Number }))
 
 /** The parent path a note is read under: its `notable_type` (any case), else its household. */
 export const noteParentOf = (
@@ -130,39 +130,27 @@ export const reconcileById = Effect.fnUntraced(function* (client: CrmClientShape
     outer?.()
   })
 
-  const live = (table: string) => sql.literal(`crm."${table}"`)
-  const [anyLive] = yield* sql`
-    SELECT ((SELECT count(*) FROM ${live("tasks")} WHERE deleted_at IS NULL)
-         + (SELECT count(*) FROM ${live("meetings")} WHERE deleted_at IS NULL)
-         + (SELECT count(*) FROM ${live("notes")} WHERE deleted_at IS NULL))::int AS n`.pipe(
-    Effect.flatMap(Schema.decodeUnknownEffect(CountRows))
-  )
+  let anyLive = 0
+  for (const resource of ByIdResources) anyLive += yield* warehouse.count(resource)
   // Nothing known: not even the books are worth a request.
-  if ((anyLive?.n ?? 0) === 0 || cap <= 0) return emptyByIdReport
+  if (anyLive === 0 || cap <= 0) return emptyByIdReport
 
   const books = yield* counted(booksOf(client))
-  const known = `
-    SELECT 'tasks'::text AS resource, id, NULL::text AS notable_type, NULL::text AS notable_id, NULL::text AS household_id, synced_at
-      FROM crm."tasks" WHERE deleted_at IS NULL AND book_id = ANY($1::text[])
-    UNION ALL
-    SELECT 'meetings', id, NULL, NULL, NULL, synced_at
-      FROM crm."meetings" WHERE deleted_at IS NULL AND book_id = ANY($1::text[])
-    UNION ALL
-    SELECT 'notes', id, notable_type, notable_id, household_id, synced_at
-      FROM crm."notes" WHERE deleted_at IS NULL AND book_id = ANY($1::text[])`
-  const [total] = yield* sql
-    .unsafe(`SELECT count(*)::int AS n FROM (${known}) AS k`, [books])
-    .pipe(Effect.flatMap(Schema.decodeUnknownEffect(CountRows)))
-  // At most one request per candidate: the cap bounds how many are worth loading.
-  const candidates = yield* sql
-    .unsafe(
-      `SELECT k.resource, k.id, k.notable_type, k.notable_id, k.household_id FROM (${known}) AS k
-       LEFT JOIN crm_sync.by_id_checks c ON c.connection = $2 AND c.resource = k.resource AND c.id = k.id
-       ORDER BY c.checked_at ASC NULLS FIRST, k.synced_at ASC, k.resource, k.id
-       LIMIT $3`,
-      [books, connection, Math.max(0, cap - requests)]
+  const known = yield* warehouse.knownInBooks(books)
+  // Least recently checked first (never checked before all), then least recently written.
+  const checkedAt = yield* lastChecks(connection)
+  const order = (row: KnownRecord) => checkedAt.get(`${row.resource}/${row.id}`) ?? Number.NEGATIVE_INFINITY
+  // At most one request per candidate: the cap bounds how many are worth taking.
+  const candidates = known
+    .toSorted(
+      (a, b) =>
+        order(a) - order(b) ||
+        a.synced_ms - b.synced_ms ||
+        a.resource.localeCompare(b.resource) ||
+        (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)
     )
-    .pipe(Effect.flatMap(Schema.decodeUnknownEffect(Candidates)))
+    .slice(0, Math.max(0, cap - requests))
+  const total = { n: known.length }
 
   const tally: Record<Outcome, number> = { current: 0, repaired: 0, deleted: 0, rejected: 0, unreadable: 0 }
   const record = (row: Candidate, outcome: Outcome) =>

@@ -25,9 +25,14 @@ import { Context, DateTime, Effect, Layer, Schema } from "effect"
 import { percent } from "../observability/Text.ts"
 import { SqlClient } from "effect/sql/SqlClient"
 import type { SqlError } from "effect/sql/SqlError"
-import { Tables } from "../warehouse/Tables.ts"
 import { CurrentLease } from "./JobLease.ts"
-import type { Resource, Source, UpsertResult, WarehouseError } from "../warehouse/Warehouse.ts"
+import {
+  type Resource,
+  type Source,
+  type UpsertResult,
+  Warehouse,
+  type WarehouseError
+} from "../warehouse/Warehouse.ts"
 
 /** The crawl a PageCrawler is working on: fresh, or resumed where a restart cut it short. */
 export interface CrawlRun {
@@ -110,6 +115,21 @@ const toRun = (
   requests: row.requests
 })
 
+/** A run's counters, as `crm_sync.crawl_runs` holds them. */
+export const RunTotals = Schema.Struct({
+  seen: Schema.Number,
+  inserted: Schema.Number,
+  updated: Schema.Number,
+  unchanged: Schema.Number,
+  duplicates: Schema.Number,
+  rechecks: Schema.Number,
+  undeleted: Schema.Number,
+  requests: Schema.Number,
+  last_page: Schema.Number,
+  total_count: Schema.NullOr(Schema.Number)
+})
+export type RunTotals = typeof RunTotals.Type
+
 /** A record is deleted once this many clean crawls in a row have missed it. */
 export const MISSES_TO_DELETE = 2
 
@@ -147,7 +167,10 @@ export class CrawlRuns extends Context.Service<
      * so the commit need not wait for the WAL flush. A database crash then loses at most the last
      * pages and their `last_page` together, and the crawl reads them again.
      */
-    readonly recordBatch: (run: CrawlRun, batch: PageBatch) => Effect.Effect<BatchResult, CrawlRunsError>
+    readonly recordBatch: (
+      run: CrawlRun,
+      batch: PageBatch
+    ) => Effect.Effect<BatchResult, CrawlRunsError | WarehouseError>
     /**
      * Closes a crawl that read every page: counts its distinct records, counts misses, deletes what
      * two clean crawls missed (unless more than `threshold` of the tracked records would go), marks
@@ -164,6 +187,22 @@ export class CrawlRuns extends Context.Service<
         readonly deleteRecords: (ids: ReadonlyArray<string>) => Effect.Effect<number, WarehouseError>
       }
     ) => Effect.Effect<FinishResult, CrawlRunsError | WarehouseError>
+    /**
+     * Marks `interrupted` the crawl runs still `running` under `lease` (they stay resumable). Call
+     * it holding that lease and crawling nothing under it: such runs' process died.
+     */
+    readonly closeOrphans: (lease: string, error: string) => Effect.Effect<void, CrawlRunsError>
+    /**
+     * Stops counting misses for `ids` (the reconciliation deleted them: a crawl that lists one
+     * again undeletes it).
+     */
+    readonly forgetMisses: (
+      connection: string,
+      resource: Resource,
+      ids: ReadonlyArray<string>
+    ) => Effect.Effect<void, CrawlRunsError>
+    /** What a run counted so far, as stored. */
+    readonly totals: (run: CrawlRun) => Effect.Effect<RunTotals, CrawlRunsError>
     /** Marks a run failed (it stays resumable, and its pages count as seen; nothing is deleted). */
     readonly fail: (run: CrawlRun, error: string) => Effect.Effect<void, CrawlRunsError>
   }
@@ -172,6 +211,7 @@ export class CrawlRuns extends Context.Service<
     CrawlRuns,
     Effect.gen(function* () {
       const sql = yield* SqlClient
+      const warehouse = yield* Warehouse
 
       const RUN_COLUMNS = sql.literal(`id::float8 AS id, last_page, total_pages, total_count,
         (extract(epoch FROM started_at) * 1000)::float8 AS started_ms, seen, requests`)
@@ -203,22 +243,13 @@ export class CrawlRuns extends Context.Service<
         Effect.mapError(failed("CrawlRuns.open"))
       )
 
-      const recordBatch = Effect.fn("CrawlRuns.recordBatch")(
-        function* (run: CrawlRun, batch: PageBatch) {
-          const table = sql.literal(`crm."${Tables[run.resource].table}"`)
-          // The ids go once: the undelete reads them back from the sighting it just stored. The
-          // `(id) WHERE deleted_at IS NOT NULL` index of the crawled tables makes it a probe of a
-          // few rows at most.
-          const [row] = yield* sql<{ undeleted: number }>`
+      const recordBatch = Effect.fn("CrawlRuns.recordBatch")(function* (run: CrawlRun, batch: PageBatch) {
+        // The warehouse undeletes (its `(id) WHERE deleted_at IS NOT NULL` index makes that a
+        // probe of a few rows at most); the sighting and the counters are one statement.
+        const undeleted = yield* warehouse.undelete(run.resource, batch.ids, { source: run.source })
+        yield* sql`
             WITH sighted AS (
               INSERT INTO crm_sync.crawl_sightings (run_id, ids) VALUES (${run.id}, ${batch.ids}::text[])
-              RETURNING ids
-            ),
-            undeleted AS (
-              UPDATE ${table} AS t SET deleted_at = NULL, source = ${run.source}, synced_at = now()
-              FROM (SELECT DISTINCT unnest(ids) AS id FROM sighted) AS d
-              WHERE t.id = d.id AND t.deleted_at IS NOT NULL
-              RETURNING t.id
             ),
             counted AS (
               UPDATE crm_sync.crawl_runs SET
@@ -230,18 +261,17 @@ export class CrawlRuns extends Context.Service<
                 inserted = inserted + ${batch.counts.inserted},
                 updated = updated + ${batch.counts.updated},
                 unchanged = unchanged + ${batch.counts.unchanged + batch.counts.skipped},
-                undeleted = undeleted + (SELECT count(*) FROM undeleted),
+                undeleted = undeleted + ${undeleted},
                 requests = requests + ${batch.requests},
                 rechecks = rechecks + ${batch.rechecks},
                 progressed_at = now()
               -- set_config here saves the transaction a statement of its own (see above).
               WHERE id = ${run.id} AND set_config('synchronous_commit', 'off', true) = 'off'
+              RETURNING id
             )
-            SELECT count(*)::int AS undeleted FROM undeleted`
-          return { undeleted: row?.undeleted ?? 0 } satisfies BatchResult
-        },
-        Effect.mapError(failed("CrawlRuns.recordBatch"))
-      )
+            SELECT count(*) FROM counted`.pipe(Effect.mapError(failed("CrawlRuns.recordBatch")))
+        return { undeleted } satisfies BatchResult
+      })
 
       const finishClean = Effect.fn("CrawlRuns.finishClean")(function* (
         run: CrawlRun,
@@ -404,7 +434,41 @@ export class CrawlRuns extends Context.Service<
         Effect.mapError(failed("CrawlRuns.fail"))
       )
 
-      return CrawlRuns.of({ open, recordBatch, finishClean, fail })
+      const closeOrphans = (lease: string, error: string) =>
+        sql`
+          UPDATE crm_sync.crawl_runs SET status = 'interrupted', finished_at = now(), error = ${error}
+          WHERE status = 'running' AND lease = ${lease}`.pipe(
+          Effect.asVoid,
+          Effect.mapError(failed("CrawlRuns.closeOrphans"))
+        )
+
+      const totals = (run: CrawlRun) =>
+        sql`SELECT seen, inserted, updated, unchanged, duplicates, rechecks, undeleted, requests, last_page, total_count
+            FROM crm_sync.crawl_runs WHERE id = ${run.id}`.pipe(
+          Effect.flatMap(Schema.decodeUnknownEffect(Schema.Array(RunTotals))),
+          Effect.map((rows) => rows[0]!),
+          Effect.mapError(failed("CrawlRuns.totals"))
+        )
+
+      const forgetMisses = (connection: string, resource: Resource, ids: ReadonlyArray<string>) =>
+        sql`DELETE FROM crm_sync.crawl_misses
+            WHERE connection = ${connection} AND resource = ${resource} AND id = ANY(${ids}::text[])`.pipe(
+          Effect.asVoid,
+          Effect.mapError(failed("CrawlRuns.forgetMisses"))
+        )
+
+      return CrawlRuns.of({ open, recordBatch, finishClean, closeOrphans, forgetMisses, totals, fail })
     })
   )
 }
+
+/** The `total_count` the latest crawl of a listing reported, if any crawl did. */
+export const lastListingTotal = (connection: string, resource: string) =>
+  Effect.gen(function* () {
+    const sql = yield* SqlClient
+    const [row] = yield* sql<{ total: number | null }>`
+      SELECT total_count AS total FROM crm_sync.crawl_runs
+      WHERE connection = ${connection} AND resource = ${resource} AND total_count IS NOT NULL
+      ORDER BY id DESC LIMIT 1`
+    return row?.total ?? null
+  })

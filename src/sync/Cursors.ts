@@ -27,6 +27,10 @@ export class Cursors extends Context.Service<
       to: string | DateTime.DateTime | undefined,
       state: Record<string, unknown>
     ) => Effect.Effect<void, SqlError>
+    /** The `state` stored for (connection, resource), if any: a position that is not a timestamp. */
+    readonly state: (connection: string, resource: string) => Effect.Effect<unknown, SqlError>
+    /** Replaces the `state` of (connection, resource), leaving its cursor as it is. */
+    readonly saveState: (connection: string, resource: string, state: unknown) => Effect.Effect<void, SqlError>
   }
 >()("crm-sync/sync/Cursors") {
   static readonly layer = Layer.effect(
@@ -61,7 +65,39 @@ export class Cursors extends Context.Service<
             updated_at = excluded.updated_at`
       })
 
-      return Cursors.of({ get, advance })
+      const state = Effect.fn("Cursors.state")(function* (connection: string, resource: string) {
+        const rows = yield* sql<{ state: unknown }>`
+          SELECT state FROM crm_sync.cursors WHERE connection = ${connection} AND resource = ${resource}`
+        return rows[0]?.state
+      })
+
+      const saveState = Effect.fn("Cursors.saveState")(function* (
+        connection: string,
+        resource: string,
+        value: unknown
+      ) {
+        yield* sql`
+          INSERT INTO crm_sync.cursors (connection, resource, state, updated_at)
+          VALUES (${connection}, ${resource}, ${JSON.stringify(value ?? {})}::jsonb, now())
+          ON CONFLICT (connection, resource) DO UPDATE SET state = excluded.state, updated_at = excluded.updated_at`
+      })
+
+      return Cursors.of({ get, advance, state, saveState })
     })
   )
 }
+
+/** The latest cursor of each resource, over every connection (for `status`). */
+export const latestCursors = Effect.gen(function* () {
+  const sql = yield* SqlClient
+  return yield* sql<{ resource: string; cursor: Date | null }>`
+    SELECT resource, max(cursor) AS cursor FROM crm_sync.cursors GROUP BY resource`
+})
+
+/** Every cursor that is set, as unix seconds (for the lag metrics). */
+export const cursorPositions = Effect.gen(function* () {
+  const sql = yield* SqlClient
+  return yield* sql<{ connection: string; resource: string; at: number }>`
+    SELECT connection, resource, extract(epoch FROM cursor)::float8 AS at
+    FROM crm_sync.cursors WHERE cursor IS NOT NULL`
+})

@@ -1,8 +1,8 @@
 /**
  * JobLease: at most one process on the database runs a given sync job at a time. Two replicas of
  * the daemon, or a daemon and a `crm-sync backfill`, must not crawl the same resource of the same
- * connection together: they would spend the shared budget twice on the same pages (DESIGN.md:
- * "Scale-out is PostgreSQL's").
+ * connection together: they would spend the shared budget twice on the same pages
+ * (docs/architecture.md: "Scale-out is PostgreSQL's").
  *
  * A lease is a session-level PostgreSQL advisory lock (`pg_try_advisory_lock`). A session lock
  * lives exactly as long as its session: it is released by the job's finalizer, and by the server

@@ -5,7 +5,7 @@
  * SIGTERM still records it). `status` shows the latest runs; the scheduler reads the last finish
  * of a job to decide when it is next due, so a restarted daemon does not crawl again at once.
  */
-import { Cause, Context, DateTime, Effect, Exit, Layer, Option, Schema } from "effect"
+import { Cause, Context, DateTime, Duration, Effect, Exit, Layer, Option, Schema } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
 import type { SqlError } from "effect/sql/SqlError"
 import { CurrentLease } from "./JobLease.ts"
@@ -24,7 +24,12 @@ export type JobStatus = "succeeded" | "failed" | "interrupted"
 export const describeFailure = (cause: Cause.Cause<unknown>): string => oneLine(cause)
 
 /** The error of a run closed for a holder that is gone. */
-const ORPHANED = "the run's process ended (or lost its database session) before the run did; the next run resumes it"
+export const ORPHANED =
+  "the run's process ended (or lost its database session) before the run did; the next run resumes it"
+
+const LeaseRows = Schema.Array(Schema.Struct({ lease: Schema.String }))
+const DueRows = Schema.Array(Schema.Struct({ due_ms: Schema.NullOr(Schema.Number) }))
+const FinishedRows = Schema.Array(Schema.Struct({ connection: Schema.String, job: Schema.String }))
 
 const LastFinished = Schema.Array(Schema.Struct({ finished_ms: Schema.NullOr(Schema.Number) }))
 
@@ -45,11 +50,29 @@ export class JobRuns extends Context.Service<
       initialDetail?: Record<string, unknown>
     ) => Effect.Effect<A, E | SqlError, R>
     /**
-     * Marks `interrupted` the runs (job runs and crawl runs) still `running` under `lease`. Call it
-     * holding that lease and running nothing under it: such runs belong to a process that died.
-     * Returns how many job runs it closed.
+     * Marks `interrupted` the job runs still `running` under `lease`. Call it holding that lease
+     * and running nothing under it: such runs belong to a process that died. Returns how many.
      */
     readonly closeOrphans: (lease: string) => Effect.Effect<number, SqlError>
+    /** The leases that runs still marked `running` were taken under. */
+    readonly runningLeases: Effect.Effect<ReadonlyArray<string>, SqlError | Schema.SchemaError>
+    /**
+     * Milliseconds until a job is due (0 if it is, or never ran), on the database's clock: `every`
+     * after the last success of any of `jobs` for `connection`.
+     */
+    readonly dueIn: (
+      jobs: ReadonlyArray<string>,
+      connection: string,
+      every: Duration.Duration
+    ) => Effect.Effect<number, SqlError | Schema.SchemaError>
+    /**
+     * The `connection/resource` pairs a backfill of `selection` finished since the last backfill
+     * of that selection that succeeded (none when that was the last one): what a resumed backfill
+     * skips.
+     */
+    readonly backfilledSince: (selection: unknown) => Effect.Effect<ReadonlySet<string>, SqlError | Schema.SchemaError>
+    /** When a run of `job` for `connection` last started (any outcome), epoch milliseconds, if ever. */
+    readonly lastStarted: (job: string, connection: string) => Effect.Effect<number | null, SqlError>
     /** When `job` last finished without failing (succeeded), if ever. */
     readonly lastSucceeded: (
       job: string,
@@ -121,13 +144,126 @@ export class JobRuns extends Context.Service<
         const closed = yield* sql<{ id: number }>`
           UPDATE crm_sync.job_runs SET status = 'interrupted', finished_at = now(), error = ${ORPHANED}
           WHERE status = 'running' AND lease = ${lease} RETURNING id::int AS id`
-        yield* sql`
-          UPDATE crm_sync.crawl_runs SET status = 'interrupted', finished_at = now(), error = ${ORPHANED}
-          WHERE status = 'running' AND lease = ${lease}`
         return closed.length
       })
 
-      return JobRuns.of({ record, closeOrphans, lastSucceeded })
+      const runningLeases = sql`
+        SELECT DISTINCT lease FROM crm_sync.job_runs WHERE status = 'running' AND lease IS NOT NULL`.pipe(
+        Effect.flatMap(Schema.decodeUnknownEffect(LeaseRows)),
+        Effect.map((rows) => rows.map((row) => row.lease))
+      )
+
+      const dueIn = Effect.fn("JobRuns.dueIn")(function* (
+        jobs: ReadonlyArray<string>,
+        connection: string,
+        every: Duration.Duration
+      ) {
+        const rows = yield* sql`
+          SELECT (extract(epoch FROM (max(finished_at) + make_interval(secs => ${Duration.toSeconds(every)})) - now())
+                  * 1000)::float8 AS due_ms
+          FROM crm_sync.job_runs
+          WHERE job = ANY(${jobs}::text[]) AND connection = ${connection} AND status = 'succeeded'`
+        const [row] = yield* Schema.decodeUnknownEffect(DueRows)(rows)
+        return Math.max(0, Math.ceil(row?.due_ms ?? 0))
+      })
+
+      const backfilledSince = Effect.fn("JobRuns.backfilledSince")(function* (selection: unknown) {
+        const json = JSON.stringify(selection)
+        const rows = yield* sql`
+          WITH last_complete AS (
+            SELECT COALESCE(max(finished_at), '-infinity'::timestamptz) AS at FROM crm_sync.job_runs
+            WHERE job = 'backfill' AND status = 'succeeded' AND detail -> 'resources' = ${json}::jsonb
+          ),
+          unfinished AS (
+            SELECT min(r.started_at) AS since FROM crm_sync.job_runs r, last_complete c
+            WHERE r.job = 'backfill' AND r.status <> 'succeeded' AND r.started_at > c.at
+              AND r.detail -> 'resources' = ${json}::jsonb
+          )
+          SELECT DISTINCT r.connection, r.job FROM crm_sync.job_runs r, unfinished u
+          WHERE u.since IS NOT NULL AND r.job LIKE 'backfill:%' AND r.status = 'succeeded' AND r.started_at >= u.since`
+        const finished = yield* Schema.decodeUnknownEffect(FinishedRows)(rows)
+        return new Set(finished.map((row) => `${row.connection}/${row.job.slice("backfill:".length)}`))
+      })
+
+      const lastStarted = Effect.fn("JobRuns.lastStarted")(function* (job: string, connection: string) {
+        const rows = yield* sql<{ at: number | null }>`
+          SELECT (extract(epoch FROM max(started_at)) * 1000)::float8 AS at FROM crm_sync.job_runs
+          WHERE job = ${job} AND connection = ${connection}`
+        return rows[0]?.at ?? null
+      })
+
+      return JobRuns.of({ record, closeOrphans, runningLeases, dueIn, backfilledSince, lastStarted, lastSucceeded })
     })
   )
 }
+
+// ---------------------------------------------------------------------------------------------
+// Reads for status, the status page, lag metrics and the plan
+// ---------------------------------------------------------------------------------------------
+
+/** The latest run of each job (and connection). */
+export const latestRuns = Effect.gen(function* () {
+  const sql = yield* SqlClient
+  return yield* sql<{ job: string; connection: string | null; status: string; finished_at: Date | null }>`
+    SELECT DISTINCT ON (job, connection) job, connection, status, finished_at
+    FROM crm_sync.job_runs ORDER BY job, connection, id DESC`
+})
+
+/** The `limit` most recent runs, newest first, with how long each took (null: still running). */
+export const recentRuns = (limit: number) =>
+  Effect.gen(function* () {
+    const sql = yield* SqlClient
+    return yield* sql<{
+      job: string
+      connection: string | null
+      status: string
+      started_at: Date
+      seconds: number | null
+      error: string | null
+    }>`
+      SELECT job, connection, status, started_at,
+             extract(epoch FROM finished_at - started_at)::float8 AS seconds, error
+      FROM crm_sync.job_runs ORDER BY id DESC LIMIT ${limit}`
+  })
+
+/** Each job's latest status and when it last succeeded. */
+export const jobHealth = Effect.gen(function* () {
+  const sql = yield* SqlClient
+  return yield* sql<{ job: string; connection: string | null; last_success: Date | null; last_status: string }>`
+    SELECT DISTINCT ON (job, connection) job, connection, last_status,
+           (SELECT max(finished_at) FROM crm_sync.job_runs s
+            WHERE s.job = r.job AND s.connection IS NOT DISTINCT FROM r.connection AND s.status = 'succeeded') AS last_success
+    FROM (SELECT job, connection, status AS last_status, id FROM crm_sync.job_runs) r
+    ORDER BY job, connection, id DESC`
+})
+
+/** For each (job, connection): the end of its last success (unix seconds) and the failures since. */
+export const successesAndFailures = (jobs: ReadonlyArray<{ readonly job: string; readonly connection: string }>) =>
+  Effect.gen(function* () {
+    const sql = yield* SqlClient
+    return yield* sql<{ job: string; connection: string; last_success: number | null; failures: number }>`
+      SELECT j.job, j.connection,
+             extract(epoch FROM s.finished_at)::float8 AS last_success,
+             (SELECT count(*)::int FROM crm_sync.job_runs f
+              WHERE f.job = j.job AND f.connection = j.connection AND f.status = 'failed'
+                AND f.id > COALESCE(s.id, 0)) AS failures
+      FROM unnest(${jobs.map((job) => job.job)}::text[], ${jobs.map((job) => job.connection)}::text[]) AS j(job, connection)
+      LEFT JOIN LATERAL (
+        SELECT r.id, r.finished_at FROM crm_sync.job_runs r
+        WHERE r.job = j.job AND r.connection = j.connection AND r.status = 'succeeded'
+        ORDER BY r.id DESC LIMIT 1
+      ) AS s ON true`
+  })
+
+/** Requests of the last 20 successful incremental runs of `job` on average (null: none yet). */
+export const averagePollRequests = (job: string, connection: string) =>
+  Effect.gen(function* () {
+    const sql = yield* SqlClient
+    const rows = yield* sql<{ avg: number | null }>`
+      SELECT avg(requests)::float8 AS avg FROM (
+        SELECT requests FROM crm_sync.job_runs
+        WHERE job = ${job} AND connection = ${connection} AND status = 'succeeded'
+          AND coalesce(detail->>'mode', 'poll') = 'poll'
+        ORDER BY id DESC LIMIT 20) recent`
+    return rows[0]?.avg ?? null
+  })

@@ -25,21 +25,7 @@
  *
  * The caller holds the resource's lease (`resourceLease` of JobLease) for the duration.
  */
-import {
-  Cause,
-  Clock,
-  Context,
-  DateTime,
-  Deferred,
-  Effect,
-  Exit,
-  Fiber,
-  Layer,
-  Queue,
-  Result,
-  Schema,
-  Semaphore
-} from "effect"
+import { Cause, Clock, Context, DateTime, Deferred, Effect, Exit, Fiber, Layer, Queue, Result, Semaphore } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
 import type { SqlError } from "effect/sql/SqlError"
 import { AppConfig } from "../config/AppConfig.ts"
@@ -214,19 +200,6 @@ export const idOf = (raw: unknown): string | undefined => {
   const id = (raw as { readonly id?: unknown }).id
   return typeof id === "string" && id !== "" ? id : typeof id === "number" ? String(id) : undefined
 }
-
-const RunTotals = Schema.Struct({
-  seen: Schema.Number,
-  inserted: Schema.Number,
-  updated: Schema.Number,
-  unchanged: Schema.Number,
-  duplicates: Schema.Number,
-  rechecks: Schema.Number,
-  undeleted: Schema.Number,
-  requests: Schema.Number,
-  last_page: Schema.Number,
-  total_count: Schema.NullOr(Schema.Number)
-})
 
 /**
  * Reads pages in order into `queue`, up to `REQUESTS_IN_FLIGHT` at a time once the page count
@@ -428,13 +401,6 @@ export class PageCrawler extends Context.Service<
           )
           .pipe(Effect.uninterruptible)
 
-      const totals = (run: CrawlRun) =>
-        sql`SELECT seen, inserted, updated, unchanged, duplicates, rechecks, undeleted, requests, last_page, total_count
-            FROM crm_sync.crawl_runs WHERE id = ${run.id}`.pipe(
-          Effect.flatMap(Schema.decodeUnknownEffect(Schema.Array(RunTotals))),
-          Effect.map((rows) => rows[0]!)
-        )
-
       const crawl = Effect.fn("PageCrawler.crawl")(
         function* (
           client: CrmClientShape,
@@ -542,7 +508,7 @@ export class PageCrawler extends Context.Service<
           const finished = yield* body
           yield* recordOutcomes(resource, { deleted: finished.deleted })
           yield* recordRefused(resource, finished.refused)
-          const final = yield* totals(run)
+          const final = yield* runs.totals(run)
           const elapsed = (yield* Clock.currentTimeMillis) - startedAt
           const summary: CrawlSummary = {
             connection,

@@ -41,12 +41,12 @@ import { strictest } from "../budget/Buckets.ts"
 import { type BudgetError, RateBudget } from "../budget/RateBudget.ts"
 import { CrmClient, type CrmClientShape, CrmPermitSpent, type ListPage } from "../crm/CrmClient.ts"
 import type { Credentials } from "../crm/Credentials.ts"
-import { Tables } from "../warehouse/Tables.ts"
 import { type UpsertResult, Warehouse } from "../warehouse/Warehouse.ts"
 import { JobLease } from "./JobLease.ts"
 import { type JobOutcome, JobRuns } from "./JobRuns.ts"
 import { type ByIdReport, reconcileById } from "./ByIdReconcile.ts"
-import { shortReadSlack } from "./CrawlRuns.ts"
+import { CrawlRuns, shortReadSlack } from "./CrawlRuns.ts"
+import { Cursors } from "./Cursors.ts"
 import { idOf, PER_PAGE } from "./PageCrawler.ts"
 import { Crm, Database, type JobFailure, SyncError, toSyncError, Usage } from "./SyncError.ts"
 import { SyncServicesLive } from "./SyncJobs.ts"
@@ -155,16 +155,11 @@ const PositionState = Schema.Struct({
   resource: Schema.Literals(ReconcileResources),
   page: Schema.Int.check(Schema.isGreaterThan(0))
 })
-const PositionRows = Schema.Array(Schema.Struct({ state: Schema.Unknown }))
 const GoneRows = Schema.Array(Schema.Struct({ ids: Schema.NullOr(Schema.Array(Schema.String)) }))
 const CountRows = Schema.Array(Schema.Struct({ n: Schema.Number }))
-const IdRows = Schema.Array(Schema.Struct({ id: Schema.String }))
-const StateRows = Schema.Array(Schema.Struct({ id: Schema.String, state: Schema.String }))
 const NowRows = Schema.Array(Schema.Struct({ at: Schema.Date }))
 
 const zeroCounts: UpsertResult = { inserted: 0, updated: 0, unchanged: 0, skipped: 0, rejected: 0 }
-
-/** The record's `updated_at` as received, if it is a timestamp PostgreSQL can be handed. */
 
 const listFor = (client: CrmClientShape, resource: ReconcileResource) => {
   const options = { priority: "bulk" } as const
@@ -203,19 +198,17 @@ export class Reconciler extends Context.Service<
       const threshold = config.sync.deletion_threshold
       const share = config.budget.reconcile_share
 
-      const tableOf = (resource: ReconcileResource) => sql.literal(`crm."${Tables[resource].table}"`)
+      const cursors = yield* Cursors
+      const crawlRuns = yield* CrawlRuns
 
       const readPosition = (connection: string) =>
-        sql`SELECT state FROM crm_sync.cursors WHERE connection = ${connection} AND resource = ${POSITION}`.pipe(
-          Effect.flatMap(Schema.decodeUnknownEffect(PositionRows)),
+        cursors.state(connection, POSITION).pipe(
           // A position that does not decode (hand-edited, an older shape) means: start over.
-          Effect.map((rows) => Option.getOrUndefined(Schema.decodeUnknownOption(PositionState)(rows[0]?.state)))
+          Effect.map((state) => Option.getOrUndefined(Schema.decodeUnknownOption(PositionState)(state)))
         )
 
       const savePosition = (connection: string, position: Position | null) =>
-        sql`INSERT INTO crm_sync.cursors (connection, resource, state, updated_at)
-            VALUES (${connection}, ${POSITION}, ${JSON.stringify(position ?? {})}::jsonb, now())
-            ON CONFLICT (connection, resource) DO UPDATE SET state = excluded.state, updated_at = excluded.updated_at`
+        cursors.saveState(connection, POSITION, position ?? {})
 
       /** The run's allowance: the share of the strictest bucket's window, less what this window already gave. */
       const allowanceFor = (client: CrmClientShape) =>
@@ -263,21 +256,10 @@ export class Reconciler extends Context.Service<
                 if (id !== undefined) byId.set(id, raw)
               }
               const ids = [...byId.keys()]
-              const states =
-                ids.length === 0
-                  ? []
-                  : yield* sql`
-                      SELECT v.id, CASE
-                        WHEN w.id IS NULL THEN 'absent'
-                        WHEN w.deleted_at IS NOT NULL THEN 'deleted'
-                        WHEN v.updated_at IS NOT NULL
-                          AND (w.updated_at IS NULL OR w.updated_at < v.updated_at::timestamptz) THEN 'stale'
-                        ELSE 'current' END AS state
-                      FROM unnest(${ids}::text[], ${ids.map((id) => updatedAtOf(byId.get(id))?.iso ?? null)}::text[])
-                        AS v(id, updated_at)
-                      LEFT JOIN ${tableOf(resource)} w ON w.id = v.id`.pipe(
-                      Effect.flatMap(Schema.decodeUnknownEffect(StateRows))
-                    )
+              const states = yield* warehouse.compareListed(
+                resource,
+                ids.map((id) => ({ id, updatedAt: updatedAtOf(byId.get(id))?.iso ?? null }))
+              )
               const differing = states.filter((row) => row.state !== "current")
               const deletedIds = states.filter((row) => row.state === "deleted").map((row) => row.id)
               const counts =
@@ -306,12 +288,9 @@ export class Reconciler extends Context.Service<
 
       /** Live rows written before the read began that the read did not see. */
       const absentIds = (resource: ReconcileResource, seen: ReadonlySet<string>, readStartedAt: Date) =>
-        sql`
-          SELECT id FROM ${tableOf(resource)}
-          WHERE deleted_at IS NULL AND synced_at < ${readStartedAt}`.pipe(
-          Effect.flatMap(Schema.decodeUnknownEffect(IdRows)),
-          Effect.map((rows) => rows.map((row) => row.id).filter((id) => !seen.has(id)))
-        )
+        warehouse
+          .liveWrittenBefore(resource, readStartedAt)
+          .pipe(Effect.map((ids) => ids.filter((id) => !seen.has(id))))
 
       /** The ids the previous clean pass of the resource found gone. */
       const previouslyGone = (connection: string, runId: number, resource: ReconcileResource) =>
@@ -351,16 +330,15 @@ export class Reconciler extends Context.Service<
               )
             } else if (confirmed.length > 0) {
               // A poll or a crawl that wrote one of them since the read began has seen it: it stays.
-              const untouched = (yield* sql`
-                SELECT id FROM ${tableOf(resource)}
-                WHERE id = ANY(${confirmed}::text[]) AND deleted_at IS NULL AND synced_at < ${readStartedAt}
-                FOR UPDATE`.pipe(Effect.flatMap(Schema.decodeUnknownEffect(IdRows)))).map((row) => row.id)
+              const untouched = yield* warehouse.liveWrittenBefore(resource, readStartedAt, {
+                ids: confirmed,
+                lock: true
+              })
               const now = yield* DateTime.now
               deleted = (yield* warehouse.markDeleted(resource, untouched, now, { source: "reconcile" })).deleted
               // Nor do the crawls count misses for them any more; a crawl that lists one again
               // undeletes it (CrawlRuns.recordBatch).
-              yield* sql`DELETE FROM crm_sync.crawl_misses
-                WHERE connection = ${connection} AND resource = ${resource} AND id = ANY(${untouched}::text[])`
+              yield* crawlRuns.forgetMisses(connection, resource, untouched)
             }
             if (gone.length > MAX_TRACKED_GONE) {
               notes.push(`more than ${MAX_TRACKED_GONE} records gone: not tracked for deletion`)
@@ -855,25 +833,11 @@ export const parseSchedule = (expression: string) =>
 
 /** Runs of the job that count as this occurrence's: another replica may have run it already. */
 const ranSince = (connection: string, since: Date) =>
-  Effect.gen(function* () {
-    const sql = yield* SqlClient
-    const rows = yield* sql`
-      SELECT count(*)::int AS n FROM crm_sync.job_runs
-      WHERE job = ${RECONCILE_JOB} AND connection = ${connection} AND started_at >= ${since}`.pipe(
-      Effect.flatMap(Schema.decodeUnknownEffect(CountRows))
-    )
-    return (rows[0]?.n ?? 0) > 0
-  })
+  Effect.map(lastStarted(connection), (at) => at !== null && at >= since.getTime())
 
 /** When this connection's reconciliation last started, if it ever ran (on any replica). */
 const lastStarted = (connection: string) =>
-  Effect.gen(function* () {
-    const sql = yield* SqlClient
-    const rows = yield* sql<{ at: number | null }>`
-      SELECT (extract(epoch FROM max(started_at)) * 1000)::float8 AS at FROM crm_sync.job_runs
-      WHERE job = ${RECONCILE_JOB} AND connection = ${connection}`
-    return rows[0]?.at ?? null
-  })
+  Effect.flatMap(JobRuns, (jobRuns) => jobRuns.lastStarted(RECONCILE_JOB, connection))
 
 /**
  * Replicas wake at the same occurrence: the first takes the lease, the others find its run. Half a

@@ -30,7 +30,7 @@ import { BusinessPoller } from "./BusinessPoller.ts"
 import { CrawlRuns } from "./CrawlRuns.ts"
 import { Cursors } from "./Cursors.ts"
 import { businessCrawlLease, JobLease, type LeaseError, resourceLease } from "./JobLease.ts"
-import { describeFailure, type JobOutcome, JobRuns } from "./JobRuns.ts"
+import { describeFailure, type JobOutcome, JobRuns, ORPHANED } from "./JobRuns.ts"
 import { type CrawlResource, PageCrawler } from "./PageCrawler.ts"
 import * as Subscriptions from "../webhooks/Subscriptions.ts"
 import { ReferenceSync } from "./ReferenceSync.ts"
@@ -73,21 +73,9 @@ interface ScheduledJob {
   readonly run: Effect.Effect<JobOutcome, SyncError>
 }
 
-const DueRow = Schema.Array(Schema.Struct({ due_ms: Schema.NullOr(Schema.Number) }))
-
 /** Milliseconds until the job is due (0 if it is, or never ran), on the database's clock. */
 const dueIn = (job: ScheduledJob) =>
-  Effect.gen(function* () {
-    const sql = yield* SqlClient
-    const names = [job.job, ...job.alsoCounts]
-    const rows = yield* sql`
-      SELECT (extract(epoch FROM (max(finished_at) + make_interval(secs => ${Duration.toSeconds(job.interval)})) - now())
-              * 1000)::float8 AS due_ms
-      FROM crm_sync.job_runs
-      WHERE job = ANY(${names}::text[]) AND connection = ${job.connection} AND status = 'succeeded'`
-    const [row] = yield* Schema.decodeUnknownEffect(DueRow)(rows)
-    return Math.max(0, Math.ceil(row?.due_ms ?? 0))
-  })
+  Effect.flatMap(JobRuns, (jobRuns) => jobRuns.dueIn([job.job, ...job.alsoCounts], job.connection, job.interval))
 
 /** Whether a job's failure was the database's (a restart, an outage), not the CRM's or a bug's. */
 const isDatabaseFailure = (failure: SyncError | LeaseError | SqlError | Schema.SchemaError): boolean =>
@@ -338,21 +326,21 @@ export const SubscriptionCheckLive = Layer.effectDiscard(
   })
 ).pipe(Layer.provide(SyncServicesLive))
 
-const LeaseRows = Schema.Array(Schema.Struct({ lease: Schema.String }))
-
 /**
  * One sweep for runs whose holder died: every lease that `running` runs were taken under is tried;
  * one nobody holds (the holder was killed, or its database session was lost) is taken for a moment
  * to mark its runs `interrupted`. Returns how many job runs it closed.
  */
 export const sweepOrphans = Effect.gen(function* () {
-  const sql = yield* SqlClient
   const leases = yield* JobLease
   const jobRuns = yield* JobRuns
-  const rows = yield* sql`SELECT DISTINCT lease FROM crm_sync.job_runs WHERE status = 'running' AND lease IS NOT NULL`
+  const crawlRuns = yield* CrawlRuns
   let closed = 0
-  for (const { lease } of yield* Schema.decodeUnknownEffect(LeaseRows)(rows)) {
-    const swept = yield* leases.tryRun(lease, jobRuns.closeOrphans(lease))
+  for (const lease of yield* jobRuns.runningLeases) {
+    const swept = yield* leases.tryRun(
+      lease,
+      Effect.tap(jobRuns.closeOrphans(lease), () => crawlRuns.closeOrphans(lease, ORPHANED))
+    )
     if (Option.isSome(swept) && swept.value > 0) {
       closed += swept.value
       yield* Effect.logWarning("sync: runs of a process that is gone marked interrupted; their jobs resume them").pipe(

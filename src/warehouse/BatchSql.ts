@@ -5,7 +5,7 @@
  * statement per table. Identifiers come from the descriptors (constants), never from input, and
  * are quoted (`references` is a reserved word).
  *
- * The forward-only rule (DESIGN.md contract, STYLE.md rule 8) for `record` tables:
+ * The forward-only rule (docs/architecture.md, rule 3) for `record` tables:
  * - an incoming snapshot is written when the stored `updated_at` is NULL or not newer than the
  *   incoming one, and the snapshot differs (different `updated_at`, or the same `updated_at` with
  *   a different `raw`): an older snapshot never overwrites a newer one, and an equal, identical one

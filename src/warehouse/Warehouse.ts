@@ -143,6 +143,20 @@ export interface ClientChange {
   readonly bookId?: string | null | undefined
 }
 
+/** How a listed record compares with its row (`Warehouse.compareListed`). */
+export type ListedState = "absent" | "deleted" | "stale" | "current"
+
+/** A live task, meeting or note as the by-id reconciliation reads it. */
+export interface KnownRecord {
+  readonly resource: "tasks" | "meetings" | "notes"
+  readonly id: string
+  readonly notable_type: string | null
+  readonly notable_id: string | null
+  readonly household_id: string | null
+  /** When crm-sync last wrote the row, epoch milliseconds. */
+  readonly synced_ms: number
+}
+
 /** A stored row, with its record decoded from `raw` (null for a tombstone). */
 export interface StoredRecord<R extends Resource> {
   readonly id: string
@@ -560,6 +574,34 @@ export class Warehouse extends Context.Service<
     ) => Effect.Effect<number, WarehouseError>
     /** Records one `client.updated` delivery's `changed_fields`; false when its hook-id was already recorded. */
     readonly recordClientChange: (change: ClientChange) => Effect.Effect<boolean, WarehouseError>
+    /** `recordClientChange` of a whole batch in one statement (a hook-id recorded before adds nothing). */
+    readonly recordClientChanges: (changes: ReadonlyArray<ClientChange>) => Effect.Effect<void, WarehouseError>
+    /**
+     * Gives notes without a household the one their delivery's envelope names (spec §6.3: a note
+     * envelope's top-level `household_id` is retained after deletion).
+     */
+    readonly keepNoteHouseholds: (
+      parents: ReadonlyArray<{ readonly id: string; readonly householdId: string }>
+    ) => Effect.Effect<void, WarehouseError>
+    /**
+     * How listed records compare with their rows: `absent` (no row), `deleted`, `stale` (the
+     * listing's `updated_at` is newer) or `current`.
+     */
+    readonly compareListed: (
+      resource: Resource,
+      listed: ReadonlyArray<{ readonly id: string; readonly updatedAt: string | null }>
+    ) => Effect.Effect<ReadonlyArray<{ readonly id: string; readonly state: ListedState }>, WarehouseError>
+    /**
+     * Ids of live rows last written before `before` — of the whole table, or of `ids` only; with
+     * `lock`, those rows are locked (FOR UPDATE) until the caller's transaction ends.
+     */
+    readonly liveWrittenBefore: (
+      resource: Resource,
+      before: Date,
+      options?: { readonly ids?: ReadonlyArray<string>; readonly lock?: boolean }
+    ) => Effect.Effect<ReadonlyArray<string>, WarehouseError>
+    /** The live tasks, meetings and notes of `books`, with where a note hangs (by-id reconciliation). */
+    readonly knownInBooks: (books: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<KnownRecord>, WarehouseError>
     /** Rows of a resource table (live ones only unless `includeDeleted`). */
     readonly count: (
       resource: Resource,
@@ -821,6 +863,98 @@ export class Warehouse extends Context.Service<
         Effect.mapError(toWarehouseError("recordClientChange", "client_changes"))
       )
 
+      const recordClientChanges = Effect.fn("Warehouse.recordClientChanges")(
+        function* (changes: ReadonlyArray<ClientChange>) {
+          if (changes.length === 0) return
+          yield* sql`
+            INSERT INTO crm.client_changes (hook_id, client_id, changed_fields, subscription_id, book_id, received_at)
+            SELECT c.hook_id, c.client_id, ARRAY(SELECT jsonb_array_elements_text(c.changed_fields)),
+                   c.subscription_id, c.book_id, c.received_at
+            FROM jsonb_to_recordset(${JSON.stringify(
+              changes.map((change) => ({
+                hook_id: change.hookId,
+                client_id: change.clientId,
+                changed_fields: change.changedFields,
+                subscription_id: change.subscriptionId ?? null,
+                book_id: change.bookId ?? null,
+                received_at: DateTime.formatIso(change.receivedAt)
+              }))
+            )}::jsonb) AS c(hook_id text, client_id text, changed_fields jsonb, subscription_id text, book_id text, received_at timestamptz)
+            ON CONFLICT (hook_id) DO NOTHING`
+        },
+        Effect.mapError(toWarehouseError("recordClientChanges", "client_changes"))
+      )
+
+      const keepNoteHouseholds = Effect.fn("Warehouse.keepNoteHouseholds")(
+        function* (parents: ReadonlyArray<{ readonly id: string; readonly householdId: string }>) {
+          if (parents.length === 0) return
+          yield* sql`
+            UPDATE crm.notes AS n SET household_id = p.household_id
+            FROM (SELECT DISTINCT ON (id) id, household_id
+                  FROM jsonb_to_recordset(${JSON.stringify(parents.map((p) => ({ id: p.id, household_id: p.householdId })))}::jsonb)
+                    AS r(id text, household_id text)) AS p
+            WHERE n.id = p.id AND n.household_id IS NULL`
+        },
+        Effect.mapError(toWarehouseError("keepNoteHouseholds", "notes"))
+      )
+
+      const compareListed = Effect.fn("Warehouse.compareListed")(
+        function* (
+          resource: Resource,
+          listed: ReadonlyArray<{ readonly id: string; readonly updatedAt: string | null }>
+        ) {
+          if (listed.length === 0) return []
+          const table = sql.literal(`crm."${Tables[resource].table}"`)
+          // The statement's own literals and columns: its rows have this shape.
+          return yield* sql<{ id: string; state: ListedState }>`
+            SELECT v.id, CASE
+              WHEN w.id IS NULL THEN 'absent'
+              WHEN w.deleted_at IS NOT NULL THEN 'deleted'
+              WHEN v.updated_at IS NOT NULL
+                AND (w.updated_at IS NULL OR w.updated_at < v.updated_at::timestamptz) THEN 'stale'
+              ELSE 'current' END AS state
+            FROM unnest(${listed.map((item) => item.id)}::text[], ${listed.map((item) => item.updatedAt)}::text[])
+              AS v(id, updated_at)
+            LEFT JOIN ${table} w ON w.id = v.id`
+        },
+        (effect, resource) => Effect.mapError(effect, toWarehouseError("compareListed", resource))
+      )
+
+      const liveWrittenBefore = Effect.fn("Warehouse.liveWrittenBefore")(
+        function* (
+          resource: Resource,
+          before: Date,
+          options?: { readonly ids?: ReadonlyArray<string>; readonly lock?: boolean }
+        ) {
+          const table = sql.literal(`crm."${Tables[resource].table}"`)
+          const rows =
+            options?.ids === undefined
+              ? yield* sql<{ id: string }>`SELECT id FROM ${table} WHERE deleted_at IS NULL AND synced_at < ${before}`
+              : yield* sql<{ id: string }>`
+                  SELECT id FROM ${table}
+                  WHERE id = ANY(${options.ids}::text[]) AND deleted_at IS NULL AND synced_at < ${before}
+                  ${options.lock === true ? sql.literal("FOR UPDATE") : sql.literal("")}`
+          return rows.map((row) => row.id)
+        },
+        (effect, resource) => Effect.mapError(effect, toWarehouseError("liveWrittenBefore", resource))
+      )
+
+      const knownInBooks = Effect.fn("Warehouse.knownInBooks")(
+        function* (books: ReadonlyArray<string>) {
+          return yield* sql<KnownRecord>`
+            SELECT 'tasks'::text AS resource, id, NULL::text AS notable_type, NULL::text AS notable_id,
+                   NULL::text AS household_id, (extract(epoch FROM synced_at) * 1000)::float8 AS synced_ms
+              FROM crm."tasks" WHERE deleted_at IS NULL AND book_id = ANY(${books}::text[])
+            UNION ALL
+            SELECT 'meetings', id, NULL, NULL, NULL, (extract(epoch FROM synced_at) * 1000)::float8
+              FROM crm."meetings" WHERE deleted_at IS NULL AND book_id = ANY(${books}::text[])
+            UNION ALL
+            SELECT 'notes', id, notable_type, notable_id, household_id, (extract(epoch FROM synced_at) * 1000)::float8
+              FROM crm."notes" WHERE deleted_at IS NULL AND book_id = ANY(${books}::text[])`
+        },
+        Effect.mapError(toWarehouseError("knownInBooks", "tasks"))
+      )
+
       const count = Effect.fn("Warehouse.count")(
         function* (resource: Resource, options?: { readonly includeDeleted?: boolean }) {
           const table = `crm."${Tables[resource].table}"`
@@ -897,6 +1031,11 @@ export class Warehouse extends Context.Service<
         markDeleted,
         undelete,
         recordClientChange,
+        recordClientChanges,
+        keepNoteHouseholds,
+        compareListed,
+        liveWrittenBefore,
+        knownInBooks,
         count,
         findById,
         row,
@@ -905,3 +1044,51 @@ export class Warehouse extends Context.Service<
     })
   )
 }
+
+// ---------------------------------------------------------------------------------------------
+// Reads for status, lag metrics and the plan
+// ---------------------------------------------------------------------------------------------
+
+/**
+ * Each resource table (those of schema `crm` with the contract's `synced_at` and `deleted_at`):
+ * its rows, how many are deleted, and when crm-sync last wrote one.
+ */
+export const tableStats = Effect.gen(function* () {
+  const sql = yield* SqlClient
+  const tables = yield* sql<{ table_name: string }>`
+    SELECT c.table_name FROM information_schema.columns c
+    WHERE c.table_schema = 'crm' AND c.column_name = 'synced_at'
+      AND EXISTS (SELECT 1 FROM information_schema.columns d
+                  WHERE d.table_schema = 'crm' AND d.table_name = c.table_name AND d.column_name = 'deleted_at')
+    ORDER BY c.table_name`
+  const stats: Array<{ table: string; rows: number; deleted: number; last_sync: Date | null }> = []
+  for (const { table_name } of tables) {
+    const [row] = yield* sql<{ rows: number; deleted: number; last_sync: Date | null }>`
+      SELECT count(*)::int AS rows, count(deleted_at)::int AS deleted, max(synced_at) AS last_sync
+      FROM ${sql(`crm.${table_name}`)}`
+    stats.push({
+      table: table_name,
+      rows: row?.rows ?? 0,
+      deleted: row?.deleted ?? 0,
+      last_sync: row?.last_sync ?? null
+    })
+  }
+  return stats
+})
+
+/** Live rows of a resource table, by its table name. */
+export const liveRows = (table: string) =>
+  Effect.gen(function* () {
+    const sql = yield* SqlClient
+    const [row] = yield* sql<{
+      n: number
+    }>`SELECT count(*)::int AS n FROM ${sql(`crm.${table}`)} WHERE deleted_at IS NULL`
+    return row?.n ?? 0
+  })
+
+/** Records the warehouse refused, by resource. */
+export const undecodableCounts = Effect.gen(function* () {
+  const sql = yield* SqlClient
+  return yield* sql<{ resource: string; records: number }>`
+    SELECT resource, count(*)::int AS records FROM crm_sync.undecodable_records GROUP BY resource`
+})

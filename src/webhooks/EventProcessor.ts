@@ -401,41 +401,20 @@ export class EventProcessor extends Context.Service<
               source: "webhook"
             })
           }
-          if (noteParents.length > 0) yield* keepNoteParents(noteParents)
-          if (changes.length > 0) yield* recordClientChanges(changes)
+          // Spec §6.3: a note envelope's top-level household_id is retained after deletion.
+          yield* warehouse.keepNoteHouseholds(noteParents)
+          // `client.updated` history (spec §6.3), one statement for the batch, keyed by hook-id.
+          yield* warehouse.recordClientChanges(
+            changes.map(({ row, change }) => ({
+              hookId: row.hookId,
+              clientId: change.clientId,
+              changedFields: change.changedFields,
+              subscriptionId: change.subscriptionId,
+              bookId: change.bookId,
+              receivedAt: DateTime.fromDateUnsafe(row.receivedAt)
+            }))
+          )
         })
-
-        // `client.updated` history (crm.client_changes, spec §6.3), one statement for the whole
-        // batch: Warehouse.recordClientChange writes one row per call. Keyed by hook-id, so a
-        // delivery applied again adds nothing.
-        const recordClientChanges = (
-          changes: ReadonlyArray<{ readonly row: ClaimedRow; readonly change: NonNullable<Writes["clientChange"]> }>
-        ) =>
-          sql`
-            INSERT INTO crm.client_changes (hook_id, client_id, changed_fields, subscription_id, book_id, received_at)
-            SELECT c.hook_id, c.client_id, ARRAY(SELECT jsonb_array_elements_text(c.changed_fields)),
-                   c.subscription_id, c.book_id, c.received_at
-            FROM jsonb_to_recordset(${JSON.stringify(
-              changes.map(({ row, change }) => ({
-                hook_id: row.hookId,
-                client_id: change.clientId,
-                changed_fields: change.changedFields,
-                subscription_id: change.subscriptionId,
-                book_id: change.bookId,
-                received_at: row.receivedAt.toISOString()
-              }))
-            )}::jsonb) AS c(hook_id text, client_id text, changed_fields jsonb, subscription_id text, book_id text, received_at timestamptz)
-            ON CONFLICT (hook_id) DO NOTHING`
-
-        // Spec §6.3: a note envelope's top-level household_id is retained after deletion; the
-        // tombstone of a note never seen, or a snapshot without one, gets it from there.
-        const keepNoteParents = (parents: ReadonlyArray<{ readonly id: string; readonly householdId: string }>) =>
-          sql`
-            UPDATE crm.notes AS n SET household_id = p.household_id
-            FROM (SELECT DISTINCT ON (id) id, household_id
-                  FROM jsonb_to_recordset(${JSON.stringify(parents.map((p) => ({ id: p.id, household_id: p.householdId })))}::jsonb)
-                    AS r(id text, household_id text)) AS p
-            WHERE n.id = p.id AND n.household_id IS NULL`
 
         /** Applies rows and settles them (and the final-status rows) in one transaction. */
         const commit = (ready: ReadonlyArray<Ready>, finals: ReadonlyArray<SettleDecision>) =>

@@ -217,3 +217,10 @@ export const check = Effect.fn("Subscriptions.check")(function* (client: CrmClie
     previous_id: stored.subscription_id
   } satisfies SubscriptionCheck
 })
+
+/** The subscriptions crm-sync made and has not ended, by connection, with their state. */
+export const activeSubscriptions = Effect.gen(function* () {
+  const sql = yield* SqlClient
+  return yield* sql<{ connection: string; state: string }>`
+    SELECT connection, state FROM crm_sync.webhook_subscriptions WHERE state <> 'unsubscribed'`
+})

@@ -310,3 +310,53 @@ export class WebhookInbox extends Context.Service<
     })
   )
 }
+
+// ---------------------------------------------------------------------------------------------
+// Reads for status, the status page, lag metrics and the plan
+// ---------------------------------------------------------------------------------------------
+
+/** Deliveries by status. */
+export const inboxCounts = Effect.gen(function* () {
+  const sql = yield* SqlClient
+  return yield* sql<{ status: string; n: number }>`
+    SELECT status, count(*)::int AS n FROM crm_sync.webhook_inbox GROUP BY status ORDER BY status`
+})
+
+/** When the oldest delivery still waiting (pending, or failed awaiting a retry) arrived. */
+export const oldestWaitingDelivery = Effect.gen(function* () {
+  const sql = yield* SqlClient
+  const [row] = yield* sql<{ at: Date | null }>`
+    SELECT min(received_at) AS at FROM crm_sync.webhook_inbox WHERE status IN ('pending', 'failed')`
+  return row?.at ?? null
+})
+
+/** The `limit` newest dead deliveries with their reasons. */
+export const deadDeliveries = (limit: number) =>
+  Effect.gen(function* () {
+    const sql = yield* SqlClient
+    return yield* sql<{ hook_id: string; endpoint: string; event_type: string | null; error: string | null; at: Date }>`
+      SELECT hook_id, endpoint, event_type, last_error AS error, received_at AS at
+      FROM crm_sync.webhook_inbox WHERE status = 'dead' ORDER BY received_at DESC LIMIT ${limit}`
+  })
+
+/** When each endpoint last received a delivery (unix seconds; null: never). */
+export const lastDeliveries = (endpoints: ReadonlyArray<string>) =>
+  Effect.gen(function* () {
+    if (endpoints.length === 0) return []
+    const sql = yield* SqlClient
+    return yield* sql<{ endpoint: string; last_delivery: number | null }>`
+      SELECT e.endpoint,
+             (SELECT extract(epoch FROM max(i.received_at))::float8 FROM crm_sync.webhook_inbox i
+              WHERE i.endpoint = e.endpoint) AS last_delivery
+      FROM unnest(${endpoints}::text[]) AS e(endpoint)`
+  })
+
+/** Deliveries of `eventType` received in the last 24 hours. */
+export const receivedLastDay = (eventType: string) =>
+  Effect.gen(function* () {
+    const sql = yield* SqlClient
+    const [row] = yield* sql<{ n: number }>`
+      SELECT count(*)::int AS n FROM crm_sync.webhook_inbox
+      WHERE event_type = ${eventType} AND received_at > now() - interval '24 hours'`
+    return row?.n ?? 0
+  })

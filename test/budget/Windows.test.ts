@@ -28,21 +28,19 @@ describe("Windows.decide", () => {
     }
   })
 
-  it("refuses a full window until it has ended plus half the margin, then starts afresh", () => {
+  it("refuses a full window until it has ended plus the margin, then starts afresh", () => {
     const full = bucket({ windowStart: 0, used: 100 })
     const decision = decide([full], 3_000, 1, "interactive", policy)
-    assert.deepStrictEqual(decision, { kind: "wait", until: 10_050, bucket: "token:a", reason: "full" })
-    assert.strictEqual(decide([full], 10_049, 1, "interactive", policy).kind, "wait")
-    const later = decide([full], 10_050, 1, "interactive", policy)
+    assert.deepStrictEqual(decision, { kind: "wait", until: 10_100, bucket: "token:a", reason: "full" })
+    const later = decide([full], 10_100, 1, "interactive", policy)
     assert.strictEqual(later.kind, "grant")
     if (later.kind === "grant")
-      assert.deepStrictEqual([later.windows[0]!.windowStart, later.windows[0]!.used], [10_050, 1])
+      assert.deepStrictEqual([later.windows[0]!.windowStart, later.windows[0]!.used], [10_100, 1])
   })
 
   it("grants nothing in the closing margin of a window, even with room left", () => {
-    const decision = decide([bucket({ windowStart: 0, used: 10 })], 9_900, 1, "interactive", policy)
-    assert.deepStrictEqual(decision, { kind: "wait", until: 10_050, bucket: "token:a", reason: "closing" })
-    assert.strictEqual(decide([bucket({ windowStart: 0, used: 10 })], 9_899, 1, "interactive", policy).kind, "grant")
+    const decision = decide([bucket({ windowStart: 0, used: 10 })], 9_950, 1, "interactive", policy)
+    assert.deepStrictEqual(decision, { kind: "wait", until: 10_100, bucket: "token:a", reason: "closing" })
   })
 
   it("is all or nothing over several buckets and waits for the latest of them", () => {
@@ -51,7 +49,7 @@ describe("Windows.decide", () => {
     const ip = bucket({ key: "ip:default", scope: "ip", blockedUntil: 20_000 })
     const decision = decide([token, company, ip], 1_000, 1, "interactive", policy)
     assert.deepStrictEqual(decision, { kind: "wait", until: 20_000, bucket: "ip:default", reason: "blocked" })
-    const granted = decide([token, company], 10_050, 1, "interactive", policy)
+    const granted = decide([token, company], 10_100, 1, "interactive", policy)
     assert.strictEqual(granted.kind, "grant")
   })
 
@@ -97,8 +95,8 @@ describe("Windows.timeUntil", () => {
   })
 
   it("counts whole windows for work larger than one window", () => {
-    // 250 permits at 100 a window: this window, the next (starting at 10 050), and a third at 20 100.
-    assert.strictEqual(timeUntil([bucket()], 0, 250, "interactive", policy), 20_100)
+    // 250 permits at 100 a window: this window, the next (starting at 10 100), and a third at 20 200.
+    assert.strictEqual(timeUntil([bucket()], 0, 250, "interactive", policy), 20_200)
   })
 
   it("is governed by the strictest bucket and any block", () => {

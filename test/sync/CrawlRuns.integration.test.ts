@@ -8,10 +8,10 @@ import { assert, layer } from "@effect/vitest"
 import { Effect, Layer } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
 import { type CrawlRun, CrawlRuns } from "../../src/sync/CrawlRuns.ts"
-import type { Source } from "../../src/warehouse/Warehouse.ts"
+import { type Source, Warehouse } from "../../src/warehouse/Warehouse.ts"
 import { TestDatabase } from "../support/TestDatabase.ts"
 
-const Live = CrawlRuns.layer.pipe(Layer.provideMerge(TestDatabase))
+const Live = CrawlRuns.layer.pipe(Layer.provideMerge(Warehouse.layer), Layer.provideMerge(TestDatabase))
 
 const counts = { inserted: 0, updated: 0, unchanged: 0, skipped: 0, rejected: 0 }
 
