@@ -14,9 +14,11 @@
  *   window began when our first request *arrived*, after our first permit, and so ends after
  *   ours. That gap is not only the request's way to the server: a crawl's permits are taken
  *   ahead and held for up to a second (RateBudget's BULK_HOLD_MS), so the first request of a
- *   window may leave that much after the permit that began it. Half the margin was tried: each
- *   boundary lost 0.5 s instead of 1 s, but requests sent early in a window were counted by the
- *   server in the last one, and 429s came back at window starts.
+ *   window may leave that much after the permit that began it. Half the margin was tried, also
+ *   with no permits taken ahead on the grant that opens a window: each boundary lost 0.5 s
+ *   instead of 1 s, but on a loaded machine requests sent early in a window were counted by the
+ *   server in the last one (over-limit requests in the 20-connection fairness test, whose
+ *   compressed windows leave a margin of a tenth of a window).
  *
  * Windows are anchored to events, not to wall-clock hours, so clock skew between our hosts and the
  * CRM does not matter; only that latency does. Priorities share a window through reserves: bulk
