@@ -68,7 +68,7 @@ class NoConnection extends Schema.TaggedError<NoConnection>()("NoConnection", { 
 
 const noCrmConfigured = new NoConnection({
   message:
-    "no CRM is configured: set CRM_BASE_URL and CRM_TOKEN, or CRM_SYNC_CONFIG (see README); `npm start` runs the daemon against the bundled sandbox"
+    "no CRM is configured: set CRM_BASE_URL and CRM_TOKEN, or CRM_SYNC_CONFIG (see config/README.md); `npm start` runs the daemon against the bundled sandbox"
 })
 
 /**

@@ -8,7 +8,7 @@
  * single-meeting read fills `event_participants`, which no event carries.
  *
  * Clients, prospects and contacts have neither a listing nor a single-record read: nothing can
- * repair them but their next event (README, "What reconciliation can repair").
+ * repair them but their next event (docs/reliability.md, "What reconciliation can repair").
  *
  * Only rows in the connection's own books are read (`GET /v1/books`): with several connections on
  * one warehouse, a record another connection's user sees would answer 404 here without being gone.

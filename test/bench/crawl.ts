@@ -19,7 +19,7 @@
  * slow machine from slow code.
  *
  * Targets: at least 20,000 records/s, and peak memory that does not grow with the record count
- * (at most 512 MB). The figures are printed and written into README.md and docs/sync.md between
+ * (at most 512 MB). The figures are printed and written into docs/performance.md and docs/sync.md between
  * the `bench:crawl` markers (`--no-docs` only prints). Each size is measured in a process of its
  * own (this file with `--measure`), on one embedded PostgreSQL.
  */

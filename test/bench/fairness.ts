@@ -6,7 +6,7 @@
  * 1,000). Every connection keeps four requests in flight, wanting far more than its share. From
  * the sandbox's request log, window by window (each opens at the first request after the last
  * ended): what each connection got, against an even share of what was sent. The figures go into
- * the README and docs/client-and-budget.md. PostgreSQL is embedded, in a temporary folder.
+ * docs/performance.md and docs/client-and-budget.md. PostgreSQL is embedded, in a temporary folder.
  */
 import { PgClient } from "@effect/sql-pg"
 import { Context, Effect, Fiber, Layer, Redacted } from "effect"

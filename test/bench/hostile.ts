@@ -8,7 +8,7 @@
  * that send their headers at one byte a second. Meanwhile, and after, it sends valid signed
  * deliveries every 100 ms. Printed: the daemon's resident memory (VmRSS) before, at the peak and
  * after the flood, what the valid deliveries got during and after it, and how long the slow
- * clients were kept. Written into the README's reliability section.
+ * clients were kept. Written into docs/reliability.md.
  */
 import { type ChildProcess, spawn } from "node:child_process"
 import { randomBytes } from "node:crypto"
