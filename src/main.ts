@@ -1,5 +1,6 @@
 /**
- * The `crm-sync` command line, and the only place where layers are wired into programs.
+ * The `crm-sync` command line: each command's program and the layers it runs on (the backfill and
+ * the reconciliation bring the sync services they need themselves: SyncServicesLive).
  *
  * Every command exits 0 on success and otherwise prints one line saying why: 2 for bad input
  * (a bad config value, a bad flag), 1 for anything else. SIGINT/SIGTERM interrupt the running
