@@ -27,7 +27,7 @@ import { OutboundWriterLive } from "./outbound/OutboundWriter.ts"
 import { AdminRoutes } from "./observability/AdminRoutes.ts"
 import { LivenessRoute } from "./observability/Health.ts"
 import { StateMetricsLive } from "./observability/StateMetrics.ts"
-import { backfill as runBackfill, BackfillResources, parseBackfillResource } from "./sync/Backfill.ts"
+import { backfill as runBackfill, BackfillResourceNames } from "./sync/Backfill.ts"
 import { reconcile as runReconcile, ReconcileSchedulerLive } from "./sync/Reconciler.ts"
 import { SyncJobsLive } from "./sync/SyncJobs.ts"
 import { EventProcessor, EventProcessorLive, replay } from "./webhooks/EventProcessor.ts"
@@ -297,8 +297,12 @@ const demo = Command.make(
 const backfill = Command.make(
   "backfill",
   {
-    resource: Flag.String("resource").pipe(
-      Flag.withDescription(`Only this resource: ${BackfillResources.join(", ")}`),
+    // A closed choice: a name it does not know is bad usage (exit 2, the choices listed) before
+    // anything else is looked at.
+    resource: Flag.Literals("resource", BackfillResourceNames).pipe(
+      Flag.withDescription(
+        "Only this resource (books, users, teams, project_templates and me mean reference)"
+      ),
       Flag.optional
     )
   },
@@ -306,11 +310,6 @@ const backfill = Command.make(
     Effect.gen(function* () {
       const config = yield* AppConfig
       if (config.connections.length === 0) return yield* noCrmConfigured
-      if (Option.isSome(resource) && parseBackfillResource(resource.value) === undefined) {
-        return yield* new UsageError({
-          message: `--resource ${resource.value}: expected one of ${BackfillResources.join(", ")}`
-        })
-      }
       yield* runBackfill({ resource: Option.getOrUndefined(resource) })
     }).pipe(Effect.provide(ApiStack))
 ).pipe(

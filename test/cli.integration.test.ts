@@ -51,6 +51,15 @@ describe("crm-sync CLI", () => {
     assert.strictEqual(cli(["frobnicate"]).code, 2)
   })
 
+  it("a resource backfill does not know is bad usage, named with the choices, before anything else", () => {
+    // No CRM configured: the flag is refused first (exit 2), not the missing connection (exit 1).
+    const { code, stderr } = cli(["backfill", "--resource", "nope"])
+    assert.strictEqual(code, 2)
+    assert.include(stderr, 'Invalid value for flag --resource: "nope"')
+    for (const name of ["businesses", "annuity_contracts", "financial_accounts", "reference", "books"])
+      assert.include(stderr, `"${name}"`)
+  })
+
   it.live("migrate applies every migration once; a second run changes nothing; status --json reports", () =>
     Effect.gen(function* () {
       const url = yield* freshDatabase

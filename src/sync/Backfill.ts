@@ -48,12 +48,15 @@ export const BackfillResources = ["reference", "businesses", "annuity_contracts"
 export type BackfillResource = (typeof BackfillResources)[number]
 
 /** Tables filled by the reference step, accepted as `--resource` names for it. */
-const referenceAliases = ["me", "books", "users", "teams", "project_templates"]
+const referenceAliases = ["me", "books", "users", "teams", "project_templates"] as const
+
+/** Every name `--resource` accepts: the resources, and the reference step's tables. */
+export const BackfillResourceNames = [...BackfillResources, ...referenceAliases] as const
 
 export const parseBackfillResource = (name: string): BackfillResource | undefined =>
   (BackfillResources as ReadonlyArray<string>).includes(name)
     ? (name as BackfillResource)
-    : referenceAliases.includes(name)
+    : (referenceAliases as ReadonlyArray<string>).includes(name)
       ? "reference"
       : undefined
 

@@ -3,8 +3,11 @@
  * package, every document): each object has the shape its `apiVersion`/`kind` claims, every
  * container runs a real `crm-sync` command with environment variables crm-sync reads (or that the
  * config file names), every port a probe, Service or NetworkPolicy names is one the pod declares,
- * and declared ports agree with WEBHOOK_PORT / ADMIN_PORT. `problems` returns what is wrong
- * (empty: nothing), so a test can show a broken manifest failing.
+ * and declared ports agree with WEBHOOK_PORT / ADMIN_PORT; every pod meets the "restricted" Pod
+ * Security Standard (a numeric non-root user, seccomp RuntimeDefault, no privilege escalation,
+ * every capability dropped) with a read-only root filesystem, and names its image's pull policy; a
+ * Job cleans up after itself. `problems` returns what is wrong (empty: nothing), so a test can show
+ * a broken manifest failing.
  */
 import { parseAllDocuments } from "yaml"
 
@@ -35,6 +38,35 @@ export interface Known {
   readonly env: ReadonlySet<string>
 }
 
+/**
+ * What the "restricted" Pod Security Standard (kubernetes.io/docs/concepts/security/pod-security-standards)
+ * and crm-sync's own rules refuse in a pod template: each container, with the pod's settings as
+ * defaults where Kubernetes applies them.
+ */
+export const podSecurityProblems = (where: string, pod: Json): ReadonlyArray<string> => {
+  const problems: Array<string> = []
+  const podContext = (pod.securityContext ?? {}) as Json
+  for (const container of (pod.containers ?? []) as ReadonlyArray<Json>) {
+    const context = (container.securityContext ?? {}) as Json
+    const name = `${where} container ${container.name}`
+    const setting = (key: string) => context[key] ?? podContext[key]
+    if (setting("runAsNonRoot") !== true) problems.push(`${name}: runAsNonRoot is not true`)
+    const user = setting("runAsUser")
+    if (typeof user !== "number" || user === 0) problems.push(`${name}: no numeric non-root runAsUser`)
+    if ((context.seccompProfile ?? podContext.seccompProfile)?.type !== "RuntimeDefault")
+      problems.push(`${name}: seccompProfile is not RuntimeDefault`)
+    if (context.allowPrivilegeEscalation !== false) problems.push(`${name}: allowPrivilegeEscalation is not false`)
+    const dropped = (context.capabilities?.drop ?? []) as ReadonlyArray<string>
+    if (!dropped.includes("ALL")) problems.push(`${name}: capabilities do not drop ALL`)
+    if ((context.capabilities?.add ?? []).length > 0) problems.push(`${name}: adds capabilities`)
+    if (context.readOnlyRootFilesystem !== true) problems.push(`${name}: root filesystem is writable`)
+    if (container.imagePullPolicy === undefined) problems.push(`${name}: no imagePullPolicy`)
+    if (typeof container.image === "string" && /:latest$|^[^:]+$/.test(container.image))
+      problems.push(`${name}: image ${container.image} has no version tag`)
+  }
+  return problems
+}
+
 /** What is wrong with the Kubernetes manifests in `text` (several YAML documents). */
 export const kubernetesProblems = (text: string, known: Known): ReadonlyArray<string> => {
   const problems: Array<string> = []
@@ -55,6 +87,9 @@ export const kubernetesProblems = (text: string, known: Known): ReadonlyArray<st
     if (typeof object.metadata?.name !== "string") problems.push(`${name}: no metadata.name`)
     for (const field of shape.required) if (at(object, field) === undefined) problems.push(`${name}: no ${field}`)
     const pod = podOf(object)
+    if (pod !== undefined) problems.push(...podSecurityProblems(name, pod))
+    if (object.kind === "Job" && typeof object.spec?.ttlSecondsAfterFinished !== "number")
+      problems.push(`${name}: no ttlSecondsAfterFinished (it could not be applied again)`)
     for (const container of (pod?.containers ?? []) as ReadonlyArray<Json>) {
       const where = `${name} container ${container.name}`
       const command = (container.args as ReadonlyArray<string> | undefined)?.[0]

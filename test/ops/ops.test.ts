@@ -46,6 +46,20 @@ describe("ops", () => {
     }
   })
 
+  it("the image runs as a numeric non-root user, built from a context without secrets or the local install", () => {
+    const user = /^USER (\d+)(?::(\d+))?$/m.exec(read("ops/Dockerfile"))
+    assert.isNotNull(user, "USER by number: runAsNonRoot can only check a numeric user")
+    assert.notStrictEqual(user![1], "0")
+    const ignored = read(".dockerignore")
+      .split("\n")
+      .map((line) => line.trim())
+    for (const path of ["node_modules", ".crm-sync", ".env"]) assert.include(ignored, path, `.dockerignore: ${path}`)
+    // The manifests run the image's user.
+    for (const [, uid] of read("ops/kubernetes/crm-sync.yaml").matchAll(/runAsUser: (\d+)/g)) {
+      assert.strictEqual(uid, user![1])
+    }
+  })
+
   it("the dashboard is valid JSON with a panel per query", () => {
     const dashboard = JSON.parse(read("ops/grafana/crm-sync.json"))
     assert.isAbove(dashboard.panels.length, 4)
