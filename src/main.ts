@@ -300,9 +300,7 @@ const backfill = Command.make(
     // A closed choice: a name it does not know is bad usage (exit 2, the choices listed) before
     // anything else is looked at.
     resource: Flag.Literals("resource", BackfillResourceNames).pipe(
-      Flag.withDescription(
-        "Only this resource (books, users, teams, project_templates and me mean reference)"
-      ),
+      Flag.withDescription("Only this resource (books, users, teams, project_templates and me mean reference)"),
       Flag.optional
     )
   },

@@ -471,6 +471,26 @@ const make = Effect.fnUntraced(function* (policy: Policy, learning: Learning) {
 
   const reservoirs = new Map<string, Reservoir>()
   /**
+   * Blocks this process learned from a 429, by bucket, until when (this process's clock): set the
+   * moment the 429 is seen, before the block is written to the database, so that no other fiber
+   * of this process sends while that write waits for its row locks (a loaded database can take
+   * hundreds of milliseconds). Other processes learn the block from the database.
+   */
+  const localBlocks = new Map<string, number>()
+  const locallyBlocked = (buckets: ReadonlyArray<BucketSpec>) =>
+    Effect.map(Clock.currentTimeMillis, (local) => {
+      let until = local
+      let bucket: string | undefined
+      for (const { key } of buckets) {
+        const blockedUntil = localBlocks.get(key)
+        if (blockedUntil !== undefined && blockedUntil > until) {
+          until = blockedUntil
+          bucket = key
+        }
+      }
+      return bucket === undefined ? undefined : { waitMs: until - local, bucket, reason: "blocked" as const }
+    })
+  /**
    * One refill at a time per bucket set in this process: acquirers that find the reservoir empty
    * while another refills it wait for that refill instead of queueing on the same three row locks
    * (each in a transaction of its own), and most then find a permit it took ahead.
@@ -502,6 +522,8 @@ const make = Effect.fnUntraced(function* (policy: Policy, learning: Learning) {
     })
     /** Takes a permit (held, or from the windows), or says how long to wait before asking again. */
     const round = Effect.gen(function* () {
+      const blocked = yield* locallyBlocked(sorted)
+      if (blocked !== undefined) return blocked
       // Checked on every round: while this acquirer waited, another may have taken some ahead.
       if (yield* takeHeld) return undefined
       const { decision, now, taken } = yield* attempt(sorted, permits, options.priority, ahead)
@@ -550,6 +572,15 @@ const make = Effect.fnUntraced(function* (policy: Policy, learning: Learning) {
   ) {
     const permits = options.permits ?? 1
     const sorted = yield* validated(buckets, permits)
+    const blocked = yield* locallyBlocked(sorted)
+    if (blocked !== undefined) {
+      return {
+        granted: false,
+        retryIn: Duration.millis(blocked.waitMs),
+        bucket: blocked.bucket,
+        reason: blocked.reason
+      } satisfies TryAcquire
+    }
     const { decision, now } = yield* attempt(sorted, permits, options.priority)
     return decision.kind === "grant"
       ? ({ granted: true } satisfies TryAcquire)
@@ -574,6 +605,8 @@ const make = Effect.fnUntraced(function* (policy: Policy, learning: Learning) {
     const clamped = clampRetryAfter(retryAfter === undefined ? undefined : Duration.toMillis(retryAfter), fallback)
     const waitMs = jitterRetryAfter(clamped, yield* Random.next)
     const markedKeys = new Set(marked.map((bucket) => bucket.key))
+    const local = yield* Clock.currentTimeMillis
+    for (const key of markedKeys) localBlocks.set(key, Math.max(localBlocks.get(key) ?? 0, local + waitMs))
     for (const key of reservoirs.keys()) {
       if (key.split("\n").some((bucket) => markedKeys.has(bucket))) reservoirs.delete(key)
     }

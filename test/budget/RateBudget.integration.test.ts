@@ -4,7 +4,7 @@
  * blocks that every instance — and a restarted one — honours, with `Retry-After` clamped.
  */
 import { assert, describe, it, layer } from "@effect/vitest"
-import { Duration, Effect, Fiber, Layer } from "effect"
+import { Deferred, Duration, Effect, Fiber, Layer } from "effect"
 import { TestClock } from "effect/testing"
 import { type BucketSpec, type Policy, RateBudget } from "../../src/budget/RateBudget.ts"
 import { minimumRetryAfter, maximumRetryAfter } from "../../src/budget/RetryAfter.ts"
@@ -71,7 +71,8 @@ layer(RateBudget.layerWith(policy).pipe(Layer.provideMerge(TestDatabase)))("Rate
       const budget = yield* RateBudget
       const buckets = bucketsOf("atomic", { token: 100, company: 100, ip: 2 })
       yield* budget.acquire(buckets, { priority: "interactive", permits: 2 })
-      const refused = yield* budget.tryAcquire(buckets, { priority: "interactive" })
+      // (Before the local block, this waited on the locked rows instead.)
+      const refused = yield* budget.tryAcquire(buckets, { priority: "interactive" }).pipe(Effect.timeout("2 seconds"))
       assert.isFalse(refused.granted)
       if (!refused.granted) {
         assert.strictEqual(refused.bucket, "ip:atomic")
@@ -188,7 +189,8 @@ layer(RateBudget.layerWith(policy).pipe(Layer.provideMerge(TestDatabase)))("Rate
       yield* budget.acquire(buckets, { priority: "interactive" })
       const applied = yield* budget.markExhausted(buckets, "company", Duration.seconds(120))
       assert.isTrue(Duration.toMillis(applied) >= 120_000 && Duration.toMillis(applied) <= 125_000)
-      const refused = yield* budget.tryAcquire(buckets, { priority: "interactive" })
+      // (Before the local block, this waited on the locked rows instead.)
+      const refused = yield* budget.tryAcquire(buckets, { priority: "interactive" }).pipe(Effect.timeout("2 seconds"))
       assert.isFalse(refused.granted)
       if (!refused.granted) {
         assert.strictEqual(refused.bucket, "company:blocked")
@@ -211,6 +213,39 @@ layer(RateBudget.layerWith(policy).pipe(Layer.provideMerge(TestDatabase)))("Rate
         bucket.scope === "ip" ? { ...bucket, key: "ip:blocked" } : bucket
       )
       assert.isTrue((yield* budget.tryAcquire(neighbour, { priority: "interactive" })).granted)
+    })
+  )
+
+  it.effect("a 429 stops this process's other requests at once, before the block reaches the database", () =>
+    Effect.gen(function* () {
+      const budget = yield* RateBudget
+      const sql = yield* SqlClient
+      const buckets = bucketsOf("racing", { token: 100, company: 100, ip: 100 })
+      yield* budget.acquire(buckets, { priority: "interactive" })
+      // A loaded database: the rows the 429 must be written to are locked by someone else.
+      const release = yield* Deferred.make<void>()
+      const locked = yield* Deferred.make<void>()
+      yield* Effect.forkChild(
+        sql.withTransaction(
+          Effect.gen(function* () {
+            yield* sql`SELECT bucket FROM crm_sync.rate_windows WHERE bucket LIKE '%:racing' FOR UPDATE`
+            yield* Deferred.succeed(locked, undefined)
+            yield* Deferred.await(release)
+          })
+        )
+      )
+      yield* Deferred.await(locked)
+      const marking = yield* Effect.forkChild(budget.markExhausted(buckets, "token", Duration.seconds(30)))
+      yield* realPause
+      assert.isUndefined(marking.pollUnsafe(), "the database write is still waiting for the lock")
+      // Meanwhile this process sends nothing more on that bucket (the chaos seed 20261125 saw a
+      // POST 547 ms into a block whose write was still queued).
+      // (Before the local block, this waited on the locked rows instead.)
+      const refused = yield* budget.tryAcquire(buckets, { priority: "interactive" }).pipe(Effect.timeout("2 seconds"))
+      assert.isFalse(refused.granted)
+      if (!refused.granted) assert.deepStrictEqual([refused.bucket, refused.reason], ["token:racing", "blocked"])
+      yield* Deferred.succeed(release, undefined)
+      yield* Fiber.join(marking)
     })
   )
 
