@@ -268,48 +268,80 @@ export interface AppConfigShape extends ConfigDocument {
   readonly origin: string
 }
 
-/** Environment variables of the contract; each overrides the matching key of the file. */
-const Env = Config.all({
-  file: Config.option(Config.String("CRM_SYNC_CONFIG")),
-  databaseUrl: Config.option(Config.String("DATABASE_URL")),
-  dataDir: Config.option(Config.String("CRM_SYNC_DATA_DIR")),
-  encryptionKey: Config.option(Config.String("CRM_SYNC_ENCRYPTION_KEY")),
-  webhookPort: Config.option(Config.String("WEBHOOK_PORT")),
-  adminPort: Config.option(Config.String("ADMIN_PORT")),
-  adminToken: Config.option(Config.String("CRM_SYNC_ADMIN_TOKEN")),
-  logLevel: Config.option(Config.String("LOG_LEVEL")),
-  migrations: Config.option(Config.String("CRM_SYNC_MIGRATIONS")),
-  baseUrl: Config.option(Config.String("CRM_BASE_URL")),
-  token: Config.option(Config.String("CRM_TOKEN")),
-  tokenKind: Config.option(Config.String("CRM_TOKEN_KIND")),
-  webhookSecret: Config.option(Config.String("CRM_WEBHOOK_SECRET")),
-  reconcileSchedule: Config.option(Config.String("RECONCILE_SCHEDULE"))
-})
+/** Environment variables of the contract, by the field they fill; each overrides the file's key. */
+const EnvNames = {
+  file: "CRM_SYNC_CONFIG",
+  databaseUrl: "DATABASE_URL",
+  dataDir: "CRM_SYNC_DATA_DIR",
+  encryptionKey: "CRM_SYNC_ENCRYPTION_KEY",
+  webhookPort: "WEBHOOK_PORT",
+  adminPort: "ADMIN_PORT",
+  adminToken: "CRM_SYNC_ADMIN_TOKEN",
+  logLevel: "LOG_LEVEL",
+  migrations: "CRM_SYNC_MIGRATIONS",
+  baseUrl: "CRM_BASE_URL",
+  token: "CRM_TOKEN",
+  tokenKind: "CRM_TOKEN_KIND",
+  webhookSecret: "CRM_WEBHOOK_SECRET",
+  reconcileSchedule: "RECONCILE_SCHEDULE"
+} as const
+
+type EnvValues = { readonly [K in keyof typeof EnvNames]: Option.Option<string> }
 
 /** Every environment variable crm-sync reads (besides those a config file names as `{"env": NAME}`). */
-export const EnvironmentVariables = [
-  "CRM_SYNC_CONFIG",
-  "DATABASE_URL",
-  "CRM_SYNC_DATA_DIR",
-  "CRM_SYNC_ENCRYPTION_KEY",
-  "WEBHOOK_PORT",
-  "ADMIN_PORT",
-  "CRM_SYNC_ADMIN_TOKEN",
-  "LOG_LEVEL",
-  "CRM_SYNC_MIGRATIONS",
-  "CRM_BASE_URL",
-  "CRM_TOKEN",
-  "CRM_TOKEN_KIND",
-  "CRM_WEBHOOK_SECRET",
-  "RECONCILE_SCHEDULE"
-] as const
+export const EnvironmentVariables = Object.values(EnvNames)
+
+/**
+ * A variable's value from the environment, or — the convention of container platforms for
+ * secrets — from the file `NAME_FILE` names (its content, without the trailing newline). Both set
+ * is an error, and so is a file that cannot be read; each names the variable.
+ */
+const readVariable = (name: string): Effect.Effect<Option.Option<string>, ConfigInvalid> =>
+  Effect.gen(function* () {
+    const read = (key: string) =>
+      Config.option(Config.String(key)).pipe(
+        Effect.mapError((error) => new ConfigInvalid({ key: "environment", message: error.message })),
+        Effect.map(Option.filter((value) => value !== ""))
+      )
+    const direct = yield* read(name)
+    const file = yield* read(`${name}_FILE`)
+    if (Option.isNone(file)) return direct
+    if (Option.isSome(direct)) {
+      return yield* new ConfigInvalid({ key: name, message: `both ${name} and ${name}_FILE are set; set one` })
+    }
+    return Option.some(yield* readSecretFile(`${name}_FILE`, file.value))
+  })
+
+/** The content of a secret's file (trailing newline removed); an error names `key`. */
+const readSecretFile = (key: string, path: string): Effect.Effect<string, ConfigInvalid> =>
+  Effect.try({
+    try: () => readFileSync(path, "utf8").replace(/\r?\n$/, ""),
+    catch: (cause) =>
+      new ConfigInvalid({
+        key,
+        message: `cannot read ${path}: ${cause instanceof Error ? cause.message.replace(/^[A-Z]+: /, "") : String(cause)}`
+      })
+  }).pipe(
+    Effect.filterOrFail(
+      (content) => content !== "",
+      () => new ConfigInvalid({ key, message: `${path} is empty` })
+    )
+  )
+
+/** The contract's variables (each from NAME or NAME_FILE). */
+const Env: Effect.Effect<EnvValues, ConfigInvalid> = Effect.map(
+  Effect.forEach(Object.entries(EnvNames), ([field, name]) =>
+    Effect.map(readVariable(name), (value) => [field, value] as const)
+  ),
+  (entries) => Object.fromEntries(entries) as unknown as EnvValues
+)
 
 type Json = Record<string, unknown>
 
 const isRecord = (value: unknown): value is Json => typeof value === "object" && value !== null && !Array.isArray(value)
 
 /** Lays the environment over the file's document (env wins), before any decoding. */
-export const mergeEnv = (file: Json, env: typeof Env extends Config.Config<infer A> ? A : never): Json => {
+export const mergeEnv = (file: Json, env: EnvValues): Json => {
   const document: Json = { ...file }
   const set = (key: string, value: Option.Option<string>, as: (raw: string) => unknown = (raw) => raw) => {
     if (Option.isSome(value) && value.value !== "") document[key] = as(value.value)
@@ -358,6 +390,21 @@ export const mergeEnv = (file: Json, env: typeof Env extends Config.Config<infer
 const isEnvRef = (value: unknown): value is { readonly env: string } =>
   isRecord(value) && Object.keys(value).length === 1 && typeof value.env === "string" && value.env !== ""
 
+/** `{"file": "/run/secrets/x"}`: a value of the file read from another file (a mounted secret). */
+const isFileRef = (value: unknown): value is { readonly file: string } =>
+  isRecord(value) && Object.keys(value).length === 1 && typeof value.file === "string" && value.file !== ""
+
+/** The files the document's `{"file": PATH}` values name, with the key each fills. */
+const fileRefs = (
+  document: unknown,
+  path: ReadonlyArray<PropertyKey> = []
+): ReadonlyArray<readonly [string, string]> => {
+  if (isFileRef(document)) return [[formatPath(path), document.file]]
+  if (Array.isArray(document)) return document.flatMap((item, index) => fileRefs(item, [...path, index]))
+  if (isRecord(document)) return Object.entries(document).flatMap(([key, item]) => fileRefs(item, [...path, key]))
+  return []
+}
+
 /** The variables the document's `{"env": "NAME"}` values name. */
 export const envRefNames = (document: unknown): ReadonlyArray<string> => {
   if (isEnvRef(document)) return [document.env]
@@ -373,16 +420,24 @@ export const envRefNames = (document: unknown): ReadonlyArray<string> => {
  */
 export const resolveEnvRefs = (
   document: unknown,
-  lookup: (name: string) => string | undefined
+  lookup: (name: string) => string | undefined,
+  /** The content of each `{"file": PATH}`, by path. */
+  files?: ReadonlyMap<string, string>
 ): Effect.Effect<unknown, ConfigInvalid> =>
   Effect.suspend(() => {
     const walk = (value: unknown, path: ReadonlyArray<PropertyKey>): unknown => {
+      if (isFileRef(value)) {
+        const found = files?.get(value.file)
+        if (found === undefined)
+          throw new ConfigInvalid({ key: formatPath(path), message: `${value.file} was not read` })
+        return found
+      }
       if (isEnvRef(value)) {
         const found = lookup(value.env)
         if (found === undefined || found === "") {
           throw new ConfigInvalid({
             key: formatPath(path),
-            message: `environment variable ${value.env} is not set`
+            message: `environment variable ${value.env} is not set (nor ${value.env}_FILE)`
           })
         }
         return found
@@ -445,18 +500,16 @@ const readFile = (path: string) =>
 export class AppConfig extends Context.Service<AppConfig, AppConfigShape>()("crm-sync/config/AppConfig") {
   /** Reads CRM_SYNC_CONFIG (if set) and the environment through the current ConfigProvider. */
   static readonly load = Effect.gen(function* () {
-    const env = yield* Env.pipe(
-      Effect.mapError((error) => new ConfigInvalid({ key: "environment", message: error.message }))
-    )
+    const env = yield* Env
     const raw = Option.isSome(env.file) && env.file.value !== "" ? yield* readFile(env.file.value) : {}
     const values = new Map<string, string>()
     for (const name of envRefNames(raw)) {
-      const value = yield* Config.option(Config.String(name)).pipe(
-        Effect.mapError((error) => new ConfigInvalid({ key: "environment", message: error.message }))
-      )
+      const value = yield* readVariable(name)
       if (Option.isSome(value)) values.set(name, value.value)
     }
-    const file = (yield* resolveEnvRefs(raw, (name) => values.get(name))) as Json
+    const files = new Map<string, string>()
+    for (const [key, path] of fileRefs(raw)) files.set(path, yield* readSecretFile(key, path))
+    const file = (yield* resolveEnvRefs(raw, (name) => values.get(name), files)) as Json
     const document = yield* decodeDocument(mergeEnv(file, env))
     const origin = Option.isSome(env.file) && env.file.value !== "" ? `${env.file.value} + environment` : "environment"
     return AppConfig.of({ ...document, origin })

@@ -1,6 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import { ConfigProvider, Effect, Exit, Redacted } from "effect"
-import { mkdtempSync, writeFileSync } from "node:fs"
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { AppConfig, ConfigInvalid, decodeDocument } from "../../src/config/AppConfig.ts"
@@ -113,6 +113,90 @@ describe("AppConfig", () => {
       assert.strictEqual(unset.key, "webhooks.endpoints[0].secrets[0]")
       assert.include(unset.message, "environment variable HOOK_SECRET is not set")
     })
+  )
+
+  it.effect(
+    "secrets from files: NAME_FILE for every variable, {file} in the config; two connections, four endpoints, no secret in the file",
+    () =>
+      Effect.gen(function* () {
+        const folder = mkdtempSync(join(tmpdir(), "crm-sync-secrets-"))
+        const secret = (name: string, value: string) => {
+          const path = join(folder, name)
+          // As a Secret is mounted: the value, often with a trailing newline.
+          writeFileSync(path, `${value}\n`)
+          return path
+        }
+        const key = Buffer.alloc(32, 7).toString("base64")
+        const file = join(folder, "config.json")
+        writeFileSync(
+          file,
+          JSON.stringify({
+            connections: [
+              { name: "firm", base_url: "https://a.test", credential: "personal", token: { env: "FIRM_TOKEN" } },
+              {
+                name: "partner",
+                base_url: "https://b.test",
+                credential: "personal",
+                token: { file: secret("partner-token", "pat_partner") }
+              }
+            ],
+            webhooks: {
+              endpoints: [
+                { name: "default", secrets: [{ env: "HOOK_DEFAULT" }] },
+                {
+                  name: "client-created",
+                  event_type: "client.created",
+                  secrets: [{ file: secret("cc", "whsec_WTJNPVkyTT1ZMk09WTJNPVkyTT1ZMk09") }]
+                },
+                { name: "client-updated", event_type: "client.updated", secrets: [{ env: "HOOK_CLIENT_UPDATED" }] },
+                {
+                  name: "prospect-created",
+                  event_type: "prospect.created",
+                  secrets: [{ file: secret("pc", "whsec_Y0dNPWNHTT1jR009Y0dNPWNHTT1jR009") }]
+                }
+              ]
+            }
+          })
+        )
+        const config = yield* load({
+          CRM_SYNC_CONFIG: file,
+          FIRM_TOKEN_FILE: secret("firm-token", "pat_firm"),
+          HOOK_DEFAULT_FILE: secret("default", "whsec_WkdWbVpHVm1aR1ZtWkdWbVpHVm1aR1Zt"),
+          HOOK_CLIENT_UPDATED: "whsec_WTNVPVkzVT1ZM1U9WTNVPVkzVT1ZM1U9",
+          DATABASE_URL_FILE: secret("database-url", "postgres://crm:pw@db.internal/warehouse"),
+          CRM_SYNC_ENCRYPTION_KEY_FILE: secret("key", key),
+          CRM_SYNC_ADMIN_TOKEN_FILE: secret("admin", "admin-token")
+        })
+        assert.deepStrictEqual(
+          config.connections.map((connection) => Redacted.value(connection.token!)),
+          ["pat_firm", "pat_partner"]
+        )
+        assert.deepStrictEqual(
+          config.webhooks.endpoints.map((endpoint) => Redacted.value(endpoint.secrets[0]!)),
+          [
+            "whsec_WkdWbVpHVm1aR1ZtWkdWbVpHVm1aR1Zt",
+            "whsec_WTJNPVkyTT1ZMk09WTJNPVkyTT1ZMk09",
+            "whsec_WTNVPVkzVT1ZM1U9WTNVPVkzVT1ZM1U9",
+            "whsec_Y0dNPWNHTT1jR009Y0dNPWNHTT1jR009"
+          ]
+        )
+        assert.strictEqual(Redacted.value(config.database_url!), "postgres://crm:pw@db.internal/warehouse")
+        assert.strictEqual(Redacted.value(config.encryption_key!), key)
+        assert.strictEqual(Redacted.value(config.admin_token!), "admin-token")
+        assert.notInclude(readFileSync(file, "utf8"), "pat_")
+
+        // A variable set both ways, or a file that cannot be read, is an error naming it.
+        const both = failure(
+          yield* Effect.exit(
+            load({ CRM_TOKEN: "pat_a", CRM_TOKEN_FILE: secret("t", "pat_b"), CRM_BASE_URL: "https://a.test" })
+          )
+        )
+        assert.strictEqual(both.key, "CRM_TOKEN")
+        assert.include(both.message, "both CRM_TOKEN and CRM_TOKEN_FILE are set")
+        const missing = failure(yield* Effect.exit(load({ DATABASE_URL_FILE: join(folder, "nope") })))
+        assert.strictEqual(missing.key, "DATABASE_URL_FILE")
+        assert.include(missing.message, "cannot read")
+      })
   )
 
   it.effect("a bad value names its key in one line", () =>

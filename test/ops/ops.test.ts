@@ -123,7 +123,13 @@ describe("ops", () => {
   it("every manifest parses, has its kind's shape, and names only commands, variables and ports crm-sync has", () => {
     const known: Known = {
       commands: new Set([...read("src/main.ts").matchAll(/Command\.make\(\s*"([a-z]+)"/g)].map((match) => match[1]!)),
-      env: new Set([...EnvironmentVariables, ...envRefNames(JSON.parse(read("ops/kubernetes/config.json")))])
+      // Each variable may also come from the file NAME_FILE names.
+      env: new Set(
+        [...EnvironmentVariables, ...envRefNames(JSON.parse(read("ops/kubernetes/config.json")))].flatMap((name) => [
+          name,
+          `${name}_FILE`
+        ])
+      )
     }
     assert.include(known.commands, "reconcile")
     const manifests = read("ops/kubernetes/crm-sync.yaml")
