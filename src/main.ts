@@ -8,6 +8,7 @@
  */
 import { NodeHttpClient, NodeHttpServer, NodeRuntime, NodeServices } from "@effect/platform-node"
 import { Cause, Console, Duration, Effect, Exit, Layer, Logger, Option, References, Runtime, Schema } from "effect"
+import { TelemetryLive } from "./observability/Telemetry.ts"
 import { oneLine } from "./observability/Text.ts"
 import { HttpRouter } from "effect/http"
 import { createServer } from "node:http"
@@ -397,6 +398,8 @@ const root = Command.make("crm-sync").pipe(
 
 const program = Command.run(root, { version: packageJson.version }).pipe(
   Effect.provide(BaseLive),
+  // Traces, metrics and logs over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set.
+  Effect.provide(TelemetryLive(packageJson.version)),
   Effect.catch((error) =>
     Effect.gen(function* () {
       if (error instanceof ConfigInvalid) {

@@ -151,7 +151,11 @@ export class WebhookIntake extends Context.Service<
         { status: 503, headers: { "retry-after": "1", connection: "close" } }
       )
 
-      const handle = Effect.fnUntraced(function* (name: string, request: HttpServerRequest.HttpServerRequest) {
+      // A span per delivery (exported with OTEL_EXPORTER_OTLP_ENDPOINT, see observability/Telemetry.ts).
+      const handle = Effect.fn("WebhookIntake.deliver")(function* (
+        name: string,
+        request: HttpServerRequest.HttpServerRequest
+      ) {
         const endpoint = endpoints.get(name)
         if (endpoint === undefined) {
           return yield* refuse("unknown", rejected("unknown_endpoint", `no webhook endpoint named ${name}`))
