@@ -28,8 +28,8 @@ import { OutboundWriterLive } from "./outbound/OutboundWriter.ts"
 import { AdminRoutes } from "./observability/AdminRoutes.ts"
 import { LivenessRoute } from "./observability/Health.ts"
 import { StateMetricsLive } from "./observability/StateMetrics.ts"
-import { backfill as runBackfill, BackfillResourceNames } from "./sync/Backfill.ts"
-import { reconcile as runReconcile, ReconcileSchedulerLive } from "./sync/Reconciler.ts"
+import { backfill as runBackfill, BackfillResourceNames, type BackfillSummary } from "./sync/Backfill.ts"
+import { type ReconcileReport, reconcile as runReconcile, ReconcileSchedulerLive } from "./sync/Reconciler.ts"
 import { SyncJobsLive } from "./sync/SyncJobs.ts"
 import { EventProcessor, EventProcessorLive, replay } from "./webhooks/EventProcessor.ts"
 import { InboxWriter } from "./webhooks/InboxWriter.ts"
@@ -48,7 +48,11 @@ const logLevels = { debug: "Debug", info: "Info", warn: "Warn", error: "Error" }
 const LoggingLive = Layer.unwrap(
   Effect.map(AppConfig, (config) =>
     Layer.mergeAll(
-      process.stderr.isTTY ? Logger.layer([Logger.consolePretty()]) : Logger.layer([Logger.consoleJson]),
+      // Logger.consoleJson writes with console.log whatever LogToStderr says: JSON lines go to
+      // stderr explicitly (the pretty logger honours LogToStderr).
+      process.stderr.isTTY
+        ? Logger.layer([Logger.consolePretty()])
+        : Logger.layer([Logger.withConsoleError(Logger.formatJson)]),
       Layer.succeed(Logger.LogToStderr, true),
       Layer.succeed(References.MinimumLogLevel, logLevels[config.log_level])
     )
@@ -149,10 +153,18 @@ const webhookServer = (config: AppConfigShape) => {
 
 const exactPaths = { caseSensitive: true, ignoreTrailingSlash: false, ignoreDuplicateSlashes: false } as const
 
-const migrate = Command.make("migrate", {}, () =>
+/** `--json`: the command's result as one JSON object on stdout (logs stay on stderr). */
+const jsonFlag = Flag.Boolean("json").pipe(Flag.withDescription("Print one JSON object"), Flag.withDefault(false))
+
+const migrate = Command.make("migrate", { json: jsonFlag }, ({ json }) =>
   Effect.gen(function* () {
     const applied = yield* applyMigrations
     const info = yield* DatabaseInfo
+    if (json) {
+      return yield* Console.log(
+        JSON.stringify({ applied: applied.map(([id, name]) => ({ id, name })), database: info })
+      )
+    }
     yield* Console.log(
       applied.length === 0
         ? `warehouse is up to date (${info.kind}: ${info.location})`
@@ -199,14 +211,20 @@ const outboxRetry = Command.make(
         "Send it with a new idempotency key even though an earlier attempt may have created the record (check the CRM first: this can create a duplicate)"
       ),
       Flag.withDefault(false)
-    )
+    ),
+    json: jsonFlag
   },
-  ({ id, newKey }) =>
+  ({ id, newKey, json }) =>
     Effect.gen(function* () {
       const result = yield* Outbox.retry(String(id), { newKey })
       if (newKey && result.changed) {
         yield* Console.error(
           `outbox ${id}: new idempotency key, as asked: if an earlier attempt created the record, this creates it again`
+        )
+      }
+      if (json) {
+        return yield* Console.log(
+          JSON.stringify({ id, changed: result.changed, status: result.status, new_key: result.newKey })
         )
       }
       yield* Console.log(
@@ -303,13 +321,23 @@ const backfill = Command.make(
     resource: Flag.Literals("resource", BackfillResourceNames).pipe(
       Flag.withDescription("Only this resource (books, users, teams, project_templates and me mean reference)"),
       Flag.optional
-    )
+    ),
+    json: jsonFlag
   },
-  ({ resource }) =>
+  ({ resource, json }) =>
     Effect.gen(function* () {
       const config = yield* AppConfig
       if (config.connections.length === 0) return yield* noCrmConfigured
-      yield* runBackfill({ resource: Option.getOrUndefined(resource) })
+      yield* runBackfill({
+        resource: Option.getOrUndefined(resource),
+        // With --json, progress goes to stderr as log lines and the summary to stdout as JSON.
+        ...(json
+          ? {
+              progress: "lines" as const,
+              render: (summary: BackfillSummary, failed: boolean) => JSON.stringify({ ok: !failed, ...summary })
+            }
+          : {})
+      })
     }).pipe(Effect.provide(ApiStack))
 ).pipe(
   Command.withDescription(
@@ -323,13 +351,22 @@ const reconcile = Command.make(
     connection: Flag.String("connection").pipe(
       Flag.withDescription("Only this connection (default: every configured one)"),
       Flag.optional
-    )
+    ),
+    json: jsonFlag
   },
-  ({ connection }) =>
+  ({ connection, json }) =>
     Effect.gen(function* () {
       const config = yield* AppConfig
       if (config.connections.length === 0) return yield* noCrmConfigured
-      yield* runReconcile({ connection: Option.getOrUndefined(connection) })
+      yield* runReconcile({
+        connection: Option.getOrUndefined(connection),
+        ...(json
+          ? {
+              render: (reports: ReadonlyArray<ReconcileReport>) =>
+                JSON.stringify({ ok: reports.every((report) => report.status !== "failed"), reports })
+            }
+          : {})
+      })
     }).pipe(Effect.provide(ApiStack))
 ).pipe(
   Command.withDescription(
@@ -360,15 +397,18 @@ const webhooksReplay = Command.make(
   "replay",
   {
     dead: Flag.Boolean("dead").pipe(Flag.withDescription("Replay every dead delivery"), Flag.withDefault(false)),
-    hookId: Argument.String("hook-id").pipe(Argument.withDescription("One delivery to replay"), Argument.optional)
+    hookId: Argument.String("hook-id").pipe(Argument.withDescription("One delivery to replay"), Argument.optional),
+    json: jsonFlag
   },
-  ({ dead, hookId }) =>
+  ({ dead, hookId, json }) =>
     Effect.gen(function* () {
       if (dead === Option.isSome(hookId)) {
         return yield* new UsageError({ message: "webhooks replay takes either --dead or one hook id" })
       }
       const replayed = yield* replay(Option.isSome(hookId) ? { _tag: "One", hookId: hookId.value } : { _tag: "Dead" })
-      yield* Console.log(`${replayed} deliver${replayed === 1 ? "y" : "ies"} back to pending`)
+      yield* Console.log(
+        json ? JSON.stringify({ replayed }) : `${replayed} deliver${replayed === 1 ? "y" : "ies"} back to pending`
+      )
     }).pipe(Effect.provide(WebhookInbox.layer), Effect.provide(MigratedDatabase))
 ).pipe(Command.withDescription("Process stored deliveries again: every dead one (--dead), or one by hook id."))
 

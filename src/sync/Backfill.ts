@@ -65,6 +65,8 @@ export interface BackfillOptions {
   readonly resource?: string | undefined
   /** `auto` (default): bars on a terminal, log lines otherwise. */
   readonly progress?: ProgressMode | "auto" | undefined
+  /** What is printed at the end (default: the summary table); `failed` when a resource failed. */
+  readonly render?: ((summary: BackfillSummary, failed: boolean) => string) | undefined
 }
 
 export interface BackfillRow {
@@ -413,14 +415,14 @@ const run = Effect.fn("backfill")(function* (options?: BackfillOptions) {
       if (outcome._tag === "Failure") {
         const failure = outcome.failure
         if ("summary" in failure) {
-          yield* Console.log(renderSummary(failure.summary))
+          yield* Console.log((options?.render ?? renderSummary)(failure.summary, true))
           // The table lists every failure; the command's one-line reason is the first.
           return yield* failure.errors[0]!
         }
         return yield* toSyncError("backfill", {})(failure)
       }
       const { detail: _detail, ...summary } = outcome.success
-      yield* Console.log(renderSummary(summary))
+      yield* Console.log((options?.render ?? renderSummary)(summary, false))
       return summary
     }),
     {

@@ -755,7 +755,10 @@ export const renderReports = (reports: ReadonlyArray<ReconcileReport>): string =
   ].join("\n")
 }
 
-const runOnce = Effect.fn("reconcile")(function* (options?: { readonly connection?: string | undefined }) {
+const runOnce = Effect.fn("reconcile")(function* (options?: {
+  readonly connection?: string | undefined
+  readonly render?: ((reports: ReadonlyArray<ReconcileReport>) => string) | undefined
+}) {
   const config = yield* AppConfig
   const leases = yield* JobLease
   const targets =
@@ -791,7 +794,9 @@ const runOnce = Effect.fn("reconcile")(function* (options?: { readonly connectio
     if (Result.isFailure(outcome))
       errors.push(toSyncError(RECONCILE_JOB, { connection: connection.name })(outcome.failure))
   }
-  if (reports.length > 0) yield* Console.log(renderReports(reports))
+  if (reports.length > 0 || options?.render !== undefined) {
+    yield* Console.log((options?.render ?? renderReports)(reports))
+  }
   if (errors.length > 0) return yield* errors[0]!
   return reports
 })
@@ -802,6 +807,8 @@ const runOnce = Effect.fn("reconcile")(function* (options?: { readonly connectio
  */
 export const reconcile = (options?: {
   readonly connection?: string | undefined
+  /** What is printed at the end (default: a table per connection). */
+  readonly render?: ((reports: ReadonlyArray<ReconcileReport>) => string) | undefined
 }): Effect.Effect<ReadonlyArray<ReconcileReport>, SyncError, ReconcileRequirements> =>
   runOnce(options).pipe(
     Effect.mapError(toSyncError(RECONCILE_JOB, {})),
