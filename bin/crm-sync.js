@@ -2,9 +2,10 @@
 // The installed `crm-sync` command. Sources are TypeScript run directly by Node 24's type
 // stripping. Under `npm run`/`npx` the pinned Node 24 (devDependency `node`) is first on PATH;
 // anywhere else an older `node` may answer, so this re-executes under the pinned one. It also
-// re-executes when Node was started without crm-sync's V8 flags (README, design: "Memory"),
+// re-executes when Node was started without crm-sync's V8 flags (docs/decisions.md: "Memory"),
 // which only a new process can take.
 import { spawn } from "node:child_process"
+import { constants } from "node:os"
 import { createRequire } from "node:module"
 import { dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
@@ -30,5 +31,6 @@ if (major >= 24 && V8_FLAGS.every((flag) => process.execArgv.includes(flag))) {
 } else {
   const child = spawn(pinnedNode(), [...V8_FLAGS, main, ...process.argv.slice(2)], { stdio: "inherit" })
   for (const signal of ["SIGINT", "SIGTERM"]) process.on(signal, () => child.kill(signal))
-  child.on("exit", (code, signal) => process.exit(code ?? (signal ? 128 : 1)))
+  // A child ended by a signal exits as shells report it: 128 + the signal's number (SIGKILL 137).
+  child.on("exit", (code, signal) => process.exit(code ?? (signal ? 128 + (constants.signals[signal] ?? 0) : 1)))
 }

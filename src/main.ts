@@ -27,6 +27,7 @@ import { CrmClient } from "./crm/CrmClient.ts"
 import { OutboundWriterLive } from "./outbound/OutboundWriter.ts"
 import { AdminRoutes } from "./observability/AdminRoutes.ts"
 import { LivenessRoute } from "./observability/Health.ts"
+import { RuntimeMetricsLive } from "./observability/RuntimeMetrics.ts"
 import { StateMetricsLive } from "./observability/StateMetrics.ts"
 import { backfill as runBackfill, BackfillResourceNames, type BackfillSummary } from "./sync/Backfill.ts"
 import { type ReconcileReport, reconcile as runReconcile, ReconcileSchedulerLive } from "./sync/Reconciler.ts"
@@ -126,6 +127,7 @@ const Daemon = Layer.unwrap(
       ReconcileSchedulerLive,
       OutboundWriterLive,
       StateMetricsLive,
+      RuntimeMetricsLive,
       started
     ).pipe(Layer.provide(WebhookInbox.layer))
   })

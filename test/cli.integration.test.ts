@@ -40,11 +40,11 @@ describe("crm-sync CLI", () => {
       assert.match(stdout, new RegExp(`^\\s+${command}\\s`, "m"))
   })
 
-  it("a bad config value prints one line naming the key and exits 2", () => {
+  it("a bad config value prints one line naming the variable set and exits 2", () => {
     const { code, stderr } = cli(["status"], { WEBHOOK_PORT: "eighty" })
     assert.strictEqual(code, 2)
     assert.strictEqual(stderr.trim().split("\n").length, 1)
-    assert.match(stderr, /^config: webhook_port: /)
+    assert.match(stderr, /^config: WEBHOOK_PORT: /)
   })
 
   it("an unknown command exits 2", () => {

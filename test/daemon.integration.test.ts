@@ -85,6 +85,11 @@ layer(
       yield* eventually("state gauges on /metrics", get(`${admin}/metrics`, authorized), (response) =>
         /crm_sync_outbox_rows\{[^}]*status="needs_review"/.test(response.text)
       )
+      // The process's own health beside them: memory, heap, event-loop delay.
+      const metrics = (yield* get(`${admin}/metrics`, authorized)).text
+      assert.match(metrics, /^crm_sync_process_resident_memory_bytes \d+/m)
+      assert.match(metrics, /^crm_sync_process_heap_used_bytes \d+/m)
+      assert.match(metrics, /^crm_sync_event_loop_delay_seconds\{quantile="0\.99"\} [\d.e-]+/m)
       // The webhook port faces the internet: nothing for operators there, however it is spelled.
       for (const path of ["/status", "/metrics", "/readyz", "/", "/STATUS", "/status/", "//status", "/%73tatus"]) {
         const response = yield* get(`${base}${path}`)

@@ -330,6 +330,33 @@ const readSecretFile = (key: string, path: string): Effect.Effect<string, Config
     )
   )
 
+/** The document keys the contract's variables fill (`mergeEnv`), by variable. */
+const keysOfVariables: Readonly<Record<string, string>> = {
+  DATABASE_URL: "database_url",
+  CRM_SYNC_DATA_DIR: "data_dir",
+  CRM_SYNC_ENCRYPTION_KEY: "encryption_key",
+  WEBHOOK_PORT: "webhook_port",
+  ADMIN_PORT: "admin_port",
+  CRM_SYNC_ADMIN_TOKEN: "admin_token",
+  LOG_LEVEL: "log_level",
+  CRM_SYNC_MIGRATIONS: "migrations",
+  RECONCILE_SCHEDULE: "schedules.reconcile",
+  CRM_BASE_URL: "connections[0].base_url",
+  CRM_TOKEN: "connections[0].token",
+  CRM_TOKEN_KIND: "connections[0].credential"
+}
+
+/** The variable (NAME, or NAME_FILE when the value came from a file) that set document key `key`, if one did. */
+const variableFor = (key: string): Effect.Effect<string | undefined, ConfigInvalid> =>
+  Effect.gen(function* () {
+    for (const [name, documentKey] of Object.entries(keysOfVariables)) {
+      if (documentKey !== key) continue
+      if (Option.isSome(yield* readSet(name))) return name
+      if (Option.isSome(yield* readSet(`${name}_FILE`))) return `${name}_FILE`
+    }
+    return undefined
+  })
+
 /** The contract's variables (each from NAME or NAME_FILE). */
 const Env: Effect.Effect<EnvValues, ConfigInvalid> = Effect.map(
   Effect.forEach(Object.entries(EnvNames), ([field, name]) =>
@@ -512,7 +539,14 @@ export class AppConfig extends Context.Service<AppConfig, AppConfigShape>()("crm
     const files = new Map<string, string>()
     for (const [key, path] of fileRefs(raw)) files.set(path, yield* readSecretFile(key, path))
     const file = (yield* resolveEnvRefs(raw, (name) => values.get(name), files)) as Json
-    const document = yield* decodeDocument(mergeEnv(file, env))
+    const document = yield* decodeDocument(mergeEnv(file, env)).pipe(
+      // A bad value the user set in the environment is named as they set it: WEBHOOK_PORT, not webhook_port.
+      Effect.catchTag("ConfigInvalid", (error) =>
+        Effect.flatMap(variableFor(error.key), (variable) =>
+          Effect.fail(variable === undefined ? error : new ConfigInvalid({ key: variable, message: error.message }))
+        )
+      )
+    )
     const origin = Option.isSome(env.file) && env.file.value !== "" ? `${env.file.value} + environment` : "environment"
     return AppConfig.of({ ...document, origin })
   })

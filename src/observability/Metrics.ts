@@ -195,3 +195,22 @@ export const planFits = Metric.gauge("crm_sync_plan_fits", {
 export const planFullCrawlSeconds = Metric.gauge("crm_sync_plan_full_crawl_seconds", {
   description: "Seconds one full crawl of the resource takes at the budget left for crawls"
 })
+
+// ---------------------------------------------------------------------------------------------
+// The process (src/observability/RuntimeMetrics.ts, sampled every 10 seconds)
+// ---------------------------------------------------------------------------------------------
+
+/** Resident memory of this process: the figure the container's memory limit counts. */
+export const processResidentMemory = Metric.gauge("crm_sync_process_resident_memory_bytes", {
+  description: "Resident memory of the crm-sync process, in bytes"
+})
+
+/** V8 heap in use. */
+export const processHeapUsed = Metric.gauge("crm_sync_process_heap_used_bytes", {
+  description: "V8 heap in use by the crm-sync process, in bytes"
+})
+
+/** How late the event loop ran timers over the last interval: the 99th percentile and the worst. */
+export const eventLoopDelay = Metric.gauge("crm_sync_event_loop_delay_seconds", {
+  description: "Event-loop delay of the crm-sync process over the last 10 s, by quantile (0.99, max)"
+})

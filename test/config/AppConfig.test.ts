@@ -208,13 +208,22 @@ describe("AppConfig", () => {
       assert.strictEqual(error.key, "connections[0].base_url")
       assert.notInclude(error.line, "\n")
 
+      // A value set in the environment is named as the user set it; one from the file by its key.
       const port = failure(yield* Effect.exit(load({ WEBHOOK_PORT: "eighty" })))
-      assert.strictEqual(port.key, "webhook_port")
+      assert.strictEqual(port.key, "WEBHOOK_PORT")
 
       const kind = failure(
         yield* Effect.exit(load({ CRM_BASE_URL: "https://a.test", CRM_TOKEN: "t", CRM_TOKEN_KIND: "magic" }))
       )
-      assert.strictEqual(kind.key, "connections[0].credential")
+      assert.strictEqual(kind.key, "CRM_TOKEN_KIND")
+
+      const folder = mkdtempSync(join(tmpdir(), "crm-sync-keys-"))
+      const portFile = join(folder, "port")
+      writeFileSync(portFile, "eighty\n")
+      assert.strictEqual(failure(yield* Effect.exit(load({ WEBHOOK_PORT_FILE: portFile }))).key, "WEBHOOK_PORT_FILE")
+      const file = join(folder, "config.json")
+      writeFileSync(file, JSON.stringify({ webhook_port: "eighty" }))
+      assert.strictEqual(failure(yield* Effect.exit(load({ CRM_SYNC_CONFIG: file }))).key, "webhook_port")
 
       const missing = failure(
         yield* Effect.exit(
