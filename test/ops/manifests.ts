@@ -21,7 +21,9 @@ const shapes: Record<string, { readonly apiVersion: string; readonly required: R
   Service: { apiVersion: "v1", required: ["spec.selector", "spec.ports"] },
   PodDisruptionBudget: { apiVersion: "policy/v1", required: ["spec.selector"] },
   NetworkPolicy: { apiVersion: "networking.k8s.io/v1", required: ["spec.podSelector"] },
-  ConfigMap: { apiVersion: "v1", required: [] }
+  ConfigMap: { apiVersion: "v1", required: [] },
+  ServiceMonitor: { apiVersion: "monitoring.coreos.com/v1", required: ["spec.selector", "spec.endpoints"] },
+  PrometheusRule: { apiVersion: "monitoring.coreos.com/v1", required: ["spec.groups"] }
 }
 
 const at = (object: Json, path: string): unknown =>

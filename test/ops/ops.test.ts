@@ -10,6 +10,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { Effect, Redacted } from "effect"
 import { decodeDocument, EnvironmentVariables, envRefNames, resolveEnvRefs } from "../../src/config/AppConfig.ts"
 import { KnownEventTypes, UntypedEventTypes } from "../../src/crm/Events.ts"
+import { parse, parseAllDocuments } from "yaml"
 import { composeProblems, type Known, kubernetesProblems } from "./manifests.ts"
 import { readdirSync, readFileSync, statSync } from "node:fs"
 import { join } from "node:path"
@@ -58,6 +59,26 @@ describe("ops", () => {
     for (const [, uid] of read("ops/kubernetes/crm-sync.yaml").matchAll(/runAsUser: (\d+)/g)) {
       assert.strictEqual(uid, user![1])
     }
+  })
+
+  it("the Prometheus Operator's objects scrape the admin port and carry alerts.yaml's rules, word for word", () => {
+    const [monitor, rule] = parseAllDocuments(read("ops/kubernetes/prometheus-operator.yaml")).map(
+      (document) => document.toJS() as Record<string, any>
+    )
+    // Neither object runs a container: only their shapes are checked.
+    const noContainers: Known = { commands: new Set(), env: new Set() }
+    assert.deepStrictEqual(kubernetesProblems(read("ops/kubernetes/prometheus-operator.yaml"), noContainers), [])
+    assert.strictEqual(monitor!.kind, "ServiceMonitor")
+    assert.strictEqual(monitor!.spec.endpoints[0].port, "admin")
+    assert.strictEqual(monitor!.spec.endpoints[0].path, "/metrics")
+    // It selects the admin Service by its label.
+    const admin = parseAllDocuments(read("ops/kubernetes/crm-sync.yaml"))
+      .map((document) => document.toJS() as Record<string, any>)
+      .find((object) => object.kind === "Service" && object.metadata.name === "crm-sync-admin")
+    for (const [label, value] of Object.entries(monitor!.spec.selector.matchLabels))
+      assert.strictEqual(admin!.metadata.labels?.[label], value, `crm-sync-admin has label ${label}`)
+    assert.strictEqual(rule!.kind, "PrometheusRule")
+    assert.deepStrictEqual(rule!.spec.groups, parse(read("ops/prometheus/alerts.yaml")).groups)
   })
 
   it("the dashboard is valid JSON with a panel per query", () => {
