@@ -54,6 +54,8 @@ const dir = mkdtempSync(join(tmpdir(), "crm-sync-chaos-"))
 const logDir = join(dir, "logs")
 mkdirSync(logDir)
 const durationMs = minutes * 60_000
+/** When each replica was killed (this process's clock, as the sandbox's request log uses). */
+const killedAt: Array<number> = []
 const figures: Record<string, number> = { kills: 0, restarts: 0, database_restarts: 0, faults: 0, outbox_rows: 0 }
 const log = (line: string) => console.log(`chaos ${((Date.now() - startedAt) / 1000).toFixed(1)}s: ${line}`)
 let startedAt = Date.now()
@@ -224,7 +226,9 @@ const loops = [
       if (Date.now() >= until) break
       const victim = replicas.replicas[rng.int(replicas.replicas.length)]!
       if (victim.process === undefined) continue
+      killedAt.push(Date.now())
       await replicas.kill(victim)
+      log(`replica ${victim.index} killed`)
       figures.kills! += 1
       await sleep(300 + rng.int(2_000))
       replicas.start(victim)
@@ -271,6 +275,7 @@ log(`crm-sync reconcile exited ${reconcileCode}`)
 
 const verdict = await judge({
   sandbox,
+  killedAt,
   database,
   token: grant.access_token,
   outboxRows,
