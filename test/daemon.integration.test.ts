@@ -11,12 +11,11 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import { createServer } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { Webhook } from "standardwebhooks"
 import { Redacted } from "effect"
 import { Reactivity } from "effect/reactivity"
 import { Sandbox } from "../src/sandbox/Sandbox.ts"
 import { eventFixture } from "./fixtures/Fixtures.ts"
-import { eventually, freePort, get } from "./support/Daemon.ts"
+import { deliverSigned, eventually, freePort, get } from "./support/Daemon.ts"
 import { freshDatabase } from "./support/TestDatabase.ts"
 
 const main = new URL("../src/main.ts", import.meta.url).pathname
@@ -38,20 +37,7 @@ const daemonEnv = (sandbox: Sandbox["Service"], url: string, port: number, admin
 })
 
 /** A signed delivery of a fixture to a running daemon; returns the HTTP status. */
-const deliver = (base: string, id: string, body: string) =>
-  Effect.promise(() => {
-    const timestamp = new Date()
-    return fetch(`${base}/webhooks/default`, {
-      method: "POST",
-      headers: {
-        "content-type": "application/json",
-        "hook-id": id,
-        "hook-timestamp": String(Math.floor(timestamp.getTime() / 1000)),
-        "hook-signature": new Webhook(SECRET).sign(id, timestamp, body)
-      },
-      body
-    }).then((response) => response.status)
-  })
+const deliver = (base: string, id: string, body: string) => deliverSigned(base, SECRET, id, body)
 
 layer(
   Sandbox.layer({ records: 300, seed: 3, limits: { personal: { token: 100_000, company: 100_000, ip: 100_000 } } }),

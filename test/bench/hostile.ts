@@ -18,7 +18,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { fileURLToPath } from "node:url"
 import { Effect, Exit, Redacted, Scope } from "effect"
-import { Webhook } from "standardwebhooks"
+import { postSigned } from "../support/Daemon.ts"
 import { acquireEmbeddedDatabase, freePort } from "../../src/warehouse/EmbeddedDatabase.ts"
 import { recordFigures } from "./figures.ts"
 
@@ -55,16 +55,7 @@ const waitReady = async (port: number) => {
 const deliver = (port: number, secret: string, index: number) => {
   const id = `msg_bench_${index}_${randomBytes(4).toString("hex")}`
   const body = JSON.stringify({ event_type: "task.deleted", id: `tsk_${index}`, book_id: "bk_1", household_id: null })
-  const timestamp = new Date()
-  return fetch(`http://127.0.0.1:${port}/webhooks/default`, {
-    method: "POST",
-    headers: {
-      "content-type": "application/json",
-      "hook-id": id,
-      "hook-timestamp": String(Math.floor(timestamp.getTime() / 1000)),
-      "hook-signature": new Webhook(secret).sign(id, timestamp, body)
-    },
-    body,
+  return postSigned(`http://127.0.0.1:${port}/webhooks/default`, secret, id, body, {
     signal: AbortSignal.timeout(15_000)
   }).then(
     (response) => response.status,

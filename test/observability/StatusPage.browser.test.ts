@@ -13,10 +13,9 @@ import { Effect, Redacted } from "effect"
 import { Reactivity } from "effect/reactivity"
 import { existsSync, mkdirSync } from "node:fs"
 import { chromium } from "playwright-core"
-import { Webhook } from "standardwebhooks"
 import { Sandbox } from "../../src/sandbox/Sandbox.ts"
 import { eventFixture } from "../fixtures/Fixtures.ts"
-import { eventually, freePort, get, startDaemon } from "../support/Daemon.ts"
+import { deliverSigned, eventually, freePort, get, startDaemon } from "../support/Daemon.ts"
 import { freshDatabase } from "../support/TestDatabase.ts"
 
 const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium"
@@ -27,23 +26,11 @@ const TOKEN = "status-page-test-token"
 const HTML_LOOKING = `<img src=x onerror="window.__injected=1"><script>window.__injected=2</script>`
 
 /** A signed delivery of a task whose title and deadline are that text: it cannot decode, so it goes dead with the value in its reason. */
-const deliverPoison = (base: string) =>
-  Effect.promise(() => {
-    const id = "msg_status_page_poison"
-    const at = new Date()
-    const event = eventFixture("task.created") as { task: Record<string, unknown> }
-    const body = JSON.stringify({ ...event, task: { ...event.task, title: HTML_LOOKING, deadline_at: HTML_LOOKING } })
-    return fetch(`${base}/webhooks/default`, {
-      method: "POST",
-      headers: {
-        "content-type": "application/json",
-        "hook-id": id,
-        "hook-timestamp": String(Math.floor(at.getTime() / 1000)),
-        "hook-signature": new Webhook(SECRET).sign(id, at, body)
-      },
-      body
-    }).then((response) => response.status)
-  })
+const deliverPoison = (base: string) => {
+  const event = eventFixture("task.created") as { task: Record<string, unknown> }
+  const body = JSON.stringify({ ...event, task: { ...event.task, title: HTML_LOOKING, deadline_at: HTML_LOOKING } })
+  return deliverSigned(base, SECRET, "msg_status_page_poison", body)
+}
 
 layer(
   Sandbox.layer({ records: 200, seed: 8, limits: { personal: { token: 100_000, company: 100_000, ip: 100_000 } } }),

@@ -6,10 +6,9 @@
 import { assert, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { createServer } from "node:http"
-import { Webhook } from "standardwebhooks"
 import { Sandbox } from "../../src/sandbox/Sandbox.ts"
 import { eventFixture } from "../fixtures/Fixtures.ts"
-import { eventually, freePort, get, startDaemon } from "../support/Daemon.ts"
+import { deliverSigned, eventually, freePort, get, startDaemon } from "../support/Daemon.ts"
 import { freshDatabase } from "../support/TestDatabase.ts"
 
 const SECRET = `whsec_${Buffer.from("crm-sync telemetry test secret").toString("base64")}`
@@ -87,19 +86,7 @@ layer(
         })
         yield* eventually("readiness", get(`http://127.0.0.1:${adminPort}/readyz`), (r) => r.status === 200)
         const body = JSON.stringify(eventFixture("task.created"))
-        const at = new Date()
-        const status = yield* Effect.promise(() =>
-          fetch(`http://127.0.0.1:${port}/webhooks/default`, {
-            method: "POST",
-            headers: {
-              "content-type": "application/json",
-              "hook-id": "msg_telemetry_1",
-              "hook-timestamp": String(Math.floor(at.getTime() / 1000)),
-              "hook-signature": new Webhook(SECRET).sign("msg_telemetry_1", at, body)
-            },
-            body
-          }).then((response) => response.status)
-        )
+        const status = yield* deliverSigned(`http://127.0.0.1:${port}`, SECRET, "msg_telemetry_1", body)
         assert.strictEqual(status, 200)
         const names = yield* eventually(
           "spans at the collector",

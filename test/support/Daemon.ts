@@ -6,6 +6,7 @@ import { Duration, Effect } from "effect"
 import { assert } from "@effect/vitest"
 import { spawn } from "node:child_process"
 import { createServer } from "node:net"
+import { Webhook } from "standardwebhooks"
 
 const main = new URL("../../src/main.ts", import.meta.url).pathname
 
@@ -55,3 +56,23 @@ export const startDaemon = (env: Record<string, string>) =>
     yield* Effect.addFinalizer(() => Effect.sync(() => child.kill("SIGKILL")))
     return { child, output: () => output.join("") }
   })
+
+/** POSTs `body` to `url` signed with `secret` as the CRM's sender does (Standard Webhooks). */
+export const postSigned = (url: string, secret: string, id: string, body: string, init: RequestInit = {}) => {
+  const at = new Date()
+  return fetch(url, {
+    ...init,
+    method: "POST",
+    headers: {
+      "content-type": "application/json",
+      "hook-id": id,
+      "hook-timestamp": String(Math.floor(at.getTime() / 1000)),
+      "hook-signature": new Webhook(secret).sign(id, at, body)
+    },
+    body
+  })
+}
+
+/** A signed delivery to `/webhooks/default` of a running daemon; its HTTP status. */
+export const deliverSigned = (base: string, secret: string, id: string, body: string) =>
+  Effect.promise(() => postSigned(`${base}/webhooks/default`, secret, id, body).then((response) => response.status))
