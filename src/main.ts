@@ -460,15 +460,15 @@ const program = Command.run(root, { version: packageJson.version }).pipe(
     })
   ),
   // A defect (a bug, or something no error type foresaw) must not end the command in silence:
-  // one line always, the whole cause with LOG_LEVEL=debug.
+  // one line always, the whole cause with CRM_SYNC_LOG_LEVEL=debug.
   Effect.catchCause((cause) =>
     Cause.hasInterruptsOnly(cause)
       ? Effect.failCause(cause)
       : Effect.gen(function* () {
-          const debug = process.env.LOG_LEVEL === "debug"
+          const debug = (process.env.CRM_SYNC_LOG_LEVEL ?? process.env.LOG_LEVEL) === "debug"
           yield* Console.error(
             `crm-sync: unexpected error: ${oneLine(Cause.squash(cause))}` +
-              (debug ? "" : " (LOG_LEVEL=debug prints its cause)")
+              (debug ? "" : " (CRM_SYNC_LOG_LEVEL=debug prints its cause)")
           )
           if (debug) yield* Console.error(Cause.pretty(cause))
           process.exitCode = 1

@@ -8,7 +8,7 @@
  * secrets, signing secrets, the encryption key and the database URL are `Redacted` from the
  * moment they are decoded, so no log line, error or `status` output can show them.
  */
-import { Config, Context, Duration, Effect, Layer, Option, Schema, SchemaIssue } from "effect"
+import { Config, Context, Cron, Duration, Effect, Layer, Option, Result, Schema, SchemaIssue } from "effect"
 import { existsSync, readFileSync } from "node:fs"
 
 export class ConfigInvalid extends Schema.TaggedError<ConfigInvalid>()("ConfigInvalid", {
@@ -98,6 +98,16 @@ const AtLeastASecond = DurationBetween("1 second", "1 day", "2 minutes")
 /** How often a job runs: at least a second (0 s would poll without pause), at most a week. */
 const Interval = DurationBetween("1 second", "7 days", "5 minutes")
 
+/** A cron expression (five fields, UTC), checked as the scheduler will read it, or `off`. */
+const CronExpression = Schema.String.check(
+  Schema.makeFilter((expression: string) =>
+    expression === "off" ? undefined : Result.match(Cron.parse(expression, "UTC"), {
+      onSuccess: () => undefined,
+      onFailure: (error) => `not a cron expression (minute hour day month weekday, UTC): ${error.message}`
+    })
+  )
+)
+
 const withDefault = <S extends Schema.Top>(schema: S, value: S["Encoded"]) =>
   schema.pipe(Schema.withDecodingDefaultKey(Effect.succeed(value)))
 
@@ -180,7 +190,7 @@ const Schedules = Schema.Struct({
   /** How often each OAuth connection's webhook subscription is checked (it can vanish, spec §3). */
   subscription_check: withDefault(Interval, "24 hours"),
   reference: withDefault(Interval, "24 hours"),
-  reconcile: withDefault(Schema.String, "0 3 * * *"),
+  reconcile: withDefault(CronExpression, "0 3 * * *"),
   prune: withDefault(Interval, "1 hour")
 })
 
@@ -268,44 +278,112 @@ export interface AppConfigShape extends ConfigDocument {
   readonly origin: string
 }
 
-/** Environment variables of the contract, by the field they fill; each overrides the file's key. */
-const EnvNames = {
-  file: "CRM_SYNC_CONFIG",
-  databaseUrl: "DATABASE_URL",
-  dataDir: "CRM_SYNC_DATA_DIR",
-  encryptionKey: "CRM_SYNC_ENCRYPTION_KEY",
-  webhookPort: "WEBHOOK_PORT",
-  adminPort: "ADMIN_PORT",
-  adminToken: "CRM_SYNC_ADMIN_TOKEN",
-  logLevel: "LOG_LEVEL",
-  migrations: "CRM_SYNC_MIGRATIONS",
-  baseUrl: "CRM_BASE_URL",
-  token: "CRM_TOKEN",
-  tokenKind: "CRM_TOKEN_KIND",
-  webhookSecret: "CRM_WEBHOOK_SECRET",
-  reconcileSchedule: "RECONCILE_SCHEDULE"
-} as const
+/**
+ * An environment variable of the contract: `CRM_SYNC_*` for crm-sync's own settings, `CRM_*` for
+ * the CRM connection it talks to. `alias` is the older name, still read when the name is unset.
+ */
+export interface Variable {
+  readonly name: string
+  readonly alias?: string
+  /** The document key it fills (`mergeEnv`). */
+  readonly key: string
+  readonly about: string
+}
 
-type EnvValues = { readonly [K in keyof typeof EnvNames]: Option.Option<string> }
+/** The contract's variables by the field they fill; each overrides the file's key. */
+export const Variables = {
+  file: { name: "CRM_SYNC_CONFIG", key: "(file)", about: "JSON config file; the variables below override its keys" },
+  databaseUrl: {
+    name: "CRM_SYNC_DATABASE_URL",
+    alias: "DATABASE_URL",
+    key: "database_url",
+    about: "PostgreSQL URL (default: embedded PostgreSQL in the data dir)"
+  },
+  dataDir: { name: "CRM_SYNC_DATA_DIR", key: "data_dir", about: "Local state directory (default: .crm-sync)" },
+  encryptionKey: {
+    name: "CRM_SYNC_ENCRYPTION_KEY",
+    key: "encryption_key",
+    about: "Key that encrypts stored OAuth tokens (base64, 32 bytes)"
+  },
+  webhookPort: {
+    name: "CRM_SYNC_WEBHOOK_PORT",
+    alias: "WEBHOOK_PORT",
+    key: "webhook_port",
+    about: "Webhook intake port (default: 8080)"
+  },
+  adminPort: {
+    name: "CRM_SYNC_ADMIN_PORT",
+    alias: "ADMIN_PORT",
+    key: "admin_port",
+    about: "Status page, metrics and probes port (default: 9090)"
+  },
+  adminToken: { name: "CRM_SYNC_ADMIN_TOKEN", key: "admin_token", about: "Bearer token the admin port asks for" },
+  logLevel: {
+    name: "CRM_SYNC_LOG_LEVEL",
+    alias: "LOG_LEVEL",
+    key: "log_level",
+    about: "debug, info, warn or error (default: info)"
+  },
+  migrations: {
+    name: "CRM_SYNC_MIGRATIONS",
+    key: "migrations",
+    about: "apply: migrate first; check: stop if one is pending (default: apply)"
+  },
+  reconcileSchedule: {
+    name: "CRM_SYNC_RECONCILE_SCHEDULE",
+    alias: "RECONCILE_SCHEDULE",
+    key: "schedules.reconcile",
+    about: "Reconciliation cron, UTC (default: 0 3 * * *)"
+  },
+  baseUrl: { name: "CRM_BASE_URL", key: "connections[0].base_url", about: "The CRM's API address" },
+  token: { name: "CRM_TOKEN", key: "connections[0].token", about: "The CRM token of the first connection" },
+  tokenKind: {
+    name: "CRM_TOKEN_KIND",
+    key: "connections[0].credential",
+    about: "personal or company (default: personal)"
+  },
+  webhookSecret: {
+    name: "CRM_WEBHOOK_SECRET",
+    key: "webhooks.endpoints.default",
+    about: "Signing secret of POST /webhooks/default"
+  }
+} as const satisfies Record<string, Variable>
 
-/** Every environment variable crm-sync reads (besides those a config file names as `{"env": NAME}`). */
-export const EnvironmentVariables = Object.values(EnvNames)
+type EnvValues = { readonly [K in keyof typeof Variables]: Option.Option<string> }
+
+/** Every environment variable crm-sync reads, aliases included (besides those a config file names as `{"env": NAME}`). */
+export const EnvironmentVariables: ReadonlyArray<string> = Object.values(Variables).flatMap((variable: Variable) =>
+  variable.alias === undefined ? [variable.name] : [variable.name, variable.alias]
+)
 
 /**
  * A variable's value from the environment, or — the convention of container platforms for
  * secrets — from the file `NAME_FILE` names (its content, without the trailing newline). Both set
- * is an error, and so is a file that cannot be read; each names the variable.
+ * is an error, and so is a file that cannot be read; each names the variable. `from` is what the
+ * user set: NAME or NAME_FILE.
  */
-const readVariable = (name: string): Effect.Effect<Option.Option<string>, ConfigInvalid> =>
+const readNamed = (name: string): Effect.Effect<Option.Option<{ value: string; from: string }>, ConfigInvalid> =>
   Effect.gen(function* () {
     const direct = yield* readSet(name)
     const file = yield* readSet(`${name}_FILE`)
-    if (Option.isNone(file)) return direct
+    if (Option.isNone(file)) return Option.map(direct, (value) => ({ value, from: name }))
     if (Option.isSome(direct)) {
       return yield* new ConfigInvalid({ key: name, message: `both ${name} and ${name}_FILE are set; set one` })
     }
-    return Option.some(yield* readSecretFile(`${name}_FILE`, file.value))
+    return Option.some({ value: yield* readSecretFile(`${name}_FILE`, file.value), from: `${name}_FILE` })
   })
+
+/** A contract variable by its name, or else by its alias (the name wins when both are set). */
+const readVariableOf = (variable: Variable) =>
+  Effect.flatMap(readNamed(variable.name), (found) =>
+    Option.isSome(found) || variable.alias === undefined ? Effect.succeed(found) : readNamed(variable.alias)
+  )
+
+const readVariable = (name: string): Effect.Effect<Option.Option<string>, ConfigInvalid> =>
+  Effect.map(
+    readNamed(name),
+    Option.map((found) => found.value)
+  )
 
 /** A variable's value, if it is set and not empty. */
 const readSet = (key: string) =>
@@ -330,37 +408,21 @@ const readSecretFile = (key: string, path: string): Effect.Effect<string, Config
     )
   )
 
-/** The document keys the contract's variables fill (`mergeEnv`), by variable. */
-const keysOfVariables: Readonly<Record<string, string>> = {
-  DATABASE_URL: "database_url",
-  CRM_SYNC_DATA_DIR: "data_dir",
-  CRM_SYNC_ENCRYPTION_KEY: "encryption_key",
-  WEBHOOK_PORT: "webhook_port",
-  ADMIN_PORT: "admin_port",
-  CRM_SYNC_ADMIN_TOKEN: "admin_token",
-  LOG_LEVEL: "log_level",
-  CRM_SYNC_MIGRATIONS: "migrations",
-  RECONCILE_SCHEDULE: "schedules.reconcile",
-  CRM_BASE_URL: "connections[0].base_url",
-  CRM_TOKEN: "connections[0].token",
-  CRM_TOKEN_KIND: "connections[0].credential"
-}
-
-/** The variable (NAME, or NAME_FILE when the value came from a file) that set document key `key`, if one did. */
+/** The variable the user set (NAME, NAME_FILE, or an alias) for document key `key`, if one did. */
 const variableFor = (key: string): Effect.Effect<string | undefined, ConfigInvalid> =>
   Effect.gen(function* () {
-    for (const [name, documentKey] of Object.entries(keysOfVariables)) {
-      if (documentKey !== key) continue
-      if (Option.isSome(yield* readSet(name))) return name
-      if (Option.isSome(yield* readSet(`${name}_FILE`))) return `${name}_FILE`
+    for (const variable of Object.values(Variables) as ReadonlyArray<Variable>) {
+      if (variable.key !== key) continue
+      const found = yield* readVariableOf(variable)
+      if (Option.isSome(found)) return found.value.from
     }
     return undefined
   })
 
 /** The contract's variables (each from NAME or NAME_FILE). */
 const Env: Effect.Effect<EnvValues, ConfigInvalid> = Effect.map(
-  Effect.forEach(Object.entries(EnvNames), ([field, name]) =>
-    Effect.map(readVariable(name), (value) => [field, value] as const)
+  Effect.forEach(Object.entries(Variables), ([field, variable]) =>
+    Effect.map(readVariableOf(variable), (found) => [field, Option.map(found, (it) => it.value)] as const)
   ),
   (entries) => Object.fromEntries(entries) as unknown as EnvValues
 )

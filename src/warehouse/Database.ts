@@ -1,5 +1,5 @@
 /**
- * The warehouse connection: `database_url` (DATABASE_URL) when given, else the embedded
+ * The warehouse connection: `database_url` (CRM_SYNC_DATABASE_URL) when given, else the embedded
  * PostgreSQL under `data_dir` (CRM_SYNC_DATA_DIR). `MigratedDatabase` also applies pending
  * migrations before anything else touches the database, as every command that uses it must (or,
  * with `migrations: check`, stops when one is pending: a runtime role cannot run DDL).
@@ -25,7 +25,7 @@ const describeUrl = (url: string) => {
     const parsed = new URL(url)
     return `${parsed.hostname}:${parsed.port || "5432"}${parsed.pathname}`
   } catch {
-    return "(unparseable DATABASE_URL)"
+    return "(unparseable CRM_SYNC_DATABASE_URL)"
   }
 }
 

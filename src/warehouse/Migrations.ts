@@ -170,7 +170,7 @@ export const checkMigratedFrom = (directory: string) =>
         message:
           `the warehouse is ${pending.length} migration(s) behind this crm-sync (${pending.join(", ")}); ` +
           "with migrations: check (CRM_SYNC_MIGRATIONS=check) this process does not apply them: " +
-          "run `crm-sync migrate` with the migration owner's DATABASE_URL first",
+          "run `crm-sync migrate` with the migration owner's CRM_SYNC_DATABASE_URL first",
         cause: undefined
       })
     }

@@ -49,6 +49,45 @@ describe("AppConfig", () => {
     })
   )
 
+  it.effect("CRM_SYNC_* names every setting of crm-sync; the older names are aliases the new ones override", () =>
+    Effect.gen(function* () {
+      const current = yield* load({
+        CRM_SYNC_DATABASE_URL: "postgres://new.internal/warehouse",
+        CRM_SYNC_WEBHOOK_PORT: "7101",
+        CRM_SYNC_ADMIN_PORT: "7102",
+        CRM_SYNC_LOG_LEVEL: "warn",
+        CRM_SYNC_RECONCILE_SCHEDULE: "30 2 * * *"
+      })
+      assert.strictEqual(Redacted.value(current.database_url!), "postgres://new.internal/warehouse")
+      assert.deepStrictEqual(
+        [current.webhook_port, current.admin_port, current.log_level, current.schedules.reconcile],
+        [7101, 7102, "warn", "30 2 * * *"]
+      )
+
+      const old = yield* load({ DATABASE_URL: "postgres://old.internal/w", WEBHOOK_PORT: "7201", LOG_LEVEL: "error" })
+      assert.strictEqual(Redacted.value(old.database_url!), "postgres://old.internal/w")
+      assert.deepStrictEqual([old.webhook_port, old.log_level], [7201, "error"])
+
+      // A platform that sets DATABASE_URL for something else does not override the firm's choice.
+      const both = yield* load({ CRM_SYNC_DATABASE_URL: "postgres://mine/w", DATABASE_URL: "postgres://theirs/w" })
+      assert.strictEqual(Redacted.value(both.database_url!), "postgres://mine/w")
+
+      // An error names the variable the user set, new name or alias.
+      assert.strictEqual(failure(yield* Effect.exit(load({ CRM_SYNC_ADMIN_PORT: "x" }))).key, "CRM_SYNC_ADMIN_PORT")
+      assert.strictEqual(failure(yield* Effect.exit(load({ ADMIN_PORT: "x" }))).key, "ADMIN_PORT")
+    })
+  )
+
+  it.effect("the reconciliation's cron is checked with the rest of the config", () =>
+    Effect.gen(function* () {
+      const error = failure(yield* Effect.exit(load({ CRM_SYNC_RECONCILE_SCHEDULE: "every night" })))
+      assert.strictEqual(error.key, "CRM_SYNC_RECONCILE_SCHEDULE")
+      assert.include(error.message, "not a cron expression")
+      const inFile = failure(yield* Effect.exit(decodeDocument({ schedules: { reconcile: "61 3 * * *" } })))
+      assert.strictEqual(inFile.key, "schedules.reconcile")
+    })
+  )
+
   it.effect("secrets never print", () =>
     Effect.gen(function* () {
       const config = yield* load({ CRM_BASE_URL: "https://crm.example.test", CRM_TOKEN: "pat_supersecret" })

@@ -76,7 +76,7 @@ layer(
         const embedded = yield* crmSync(["status"], { ...crm, CRM_SYNC_DATA_DIR: join(app, ".crm-sync") })
         assert.strictEqual(embedded.code, 1)
         assert.include(embedded.output, "embedded PostgreSQL is not installed")
-        assert.include(embedded.output, "set DATABASE_URL")
+        assert.include(embedded.output, "set CRM_SYNC_DATABASE_URL")
 
         // The daemon: ready, then out cleanly on SIGTERM.
         const adminPort = yield* freePort
@@ -85,11 +85,11 @@ layer(
           env: {
             ...baseEnv,
             ...crm,
-            DATABASE_URL: url,
+            CRM_SYNC_DATABASE_URL: url,
             CRM_WEBHOOK_SECRET: `whsec_${Buffer.from("production install test secret").toString("base64")}`,
-            WEBHOOK_PORT: String(yield* freePort),
-            ADMIN_PORT: String(adminPort),
-            LOG_LEVEL: "warn"
+            CRM_SYNC_WEBHOOK_PORT: String(yield* freePort),
+            CRM_SYNC_ADMIN_PORT: String(adminPort),
+            CRM_SYNC_LOG_LEVEL: "warn"
           },
           stdio: ["ignore", "pipe", "pipe"]
         })

@@ -3,7 +3,7 @@
  * package, every document): each object has the shape its `apiVersion`/`kind` claims, every
  * container runs a real `crm-sync` command with environment variables crm-sync reads (or that the
  * config file names), every port a probe, Service or NetworkPolicy names is one the pod declares,
- * and declared ports agree with WEBHOOK_PORT / ADMIN_PORT; every pod meets the "restricted" Pod
+ * and declared ports agree with CRM_SYNC_WEBHOOK_PORT / CRM_SYNC_ADMIN_PORT; every pod meets the "restricted" Pod
  * Security Standard (a numeric non-root user, seccomp RuntimeDefault, no privilege escalation,
  * every capability dropped) with a read-only root filesystem, and names its image's pull policy; a
  * Job cleans up after itself. `problems` returns what is wrong (empty: nothing), so a test can show
@@ -109,15 +109,13 @@ export const kubernetesProblems = (text: string, known: Known): ReadonlyArray<st
         podPorts.set(port.name, port.containerPort)
       }
       // Declared ports are the ones crm-sync listens on.
-      if (
-        ports.has("webhooks") &&
-        env.has("WEBHOOK_PORT") &&
-        String(ports.get("webhooks")) !== env.get("WEBHOOK_PORT")
-      ) {
-        problems.push(`${where}: port webhooks is ${ports.get("webhooks")}, WEBHOOK_PORT ${env.get("WEBHOOK_PORT")}`)
-      }
-      if (ports.has("admin") && env.has("ADMIN_PORT") && String(ports.get("admin")) !== env.get("ADMIN_PORT")) {
-        problems.push(`${where}: port admin is ${ports.get("admin")}, ADMIN_PORT ${env.get("ADMIN_PORT")}`)
+      for (const [port, variable] of [
+        ["webhooks", "CRM_SYNC_WEBHOOK_PORT"],
+        ["admin", "CRM_SYNC_ADMIN_PORT"]
+      ] as const) {
+        const value = env.get(variable) ?? env.get(variable.replace("CRM_SYNC_", ""))
+        if (ports.has(port) && value !== undefined && String(ports.get(port)) !== value)
+          problems.push(`${where}: port ${port} is ${ports.get(port)}, ${variable} ${value}`)
       }
       for (const probe of ["livenessProbe", "readinessProbe"]) {
         const port = at(container, `${probe}.httpGet.port`)
@@ -166,8 +164,8 @@ export const composeProblems = (text: string, known: Known): ReadonlyArray<strin
   }
   const published = ((service.ports ?? []) as ReadonlyArray<string>).map((port) => port.split(":").at(-1))
   for (const [variable, value] of [
-    ["WEBHOOK_PORT", env.WEBHOOK_PORT],
-    ["ADMIN_PORT", env.ADMIN_PORT]
+    ["CRM_SYNC_WEBHOOK_PORT", env.CRM_SYNC_WEBHOOK_PORT ?? env.WEBHOOK_PORT],
+    ["CRM_SYNC_ADMIN_PORT", env.CRM_SYNC_ADMIN_PORT ?? env.ADMIN_PORT]
   ] as const) {
     if (value !== undefined && !published.includes(String(value)))
       problems.push(`compose: ${variable} ${value} is not published`)

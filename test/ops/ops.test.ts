@@ -98,7 +98,7 @@ describe("ops", () => {
     assert.match(manifests, /httpGet: \{ path: \/readyz, port: admin \}/)
     assert.match(manifests, /\{ name: admin, containerPort: 9090 \}/)
     assert.include(manifests, 'prometheus.io/port: "9090"')
-    assert.include(read("ops/Dockerfile"), "process.env.ADMIN_PORT||9090")
+    assert.include(read("ops/Dockerfile"), "process.env.CRM_SYNC_ADMIN_PORT||process.env.ADMIN_PORT||9090")
     // Only the webhook port is published to every interface by compose.
     assert.include(read("ops/compose.yaml"), '"127.0.0.1:9090:9090"')
   })
@@ -111,7 +111,7 @@ describe("ops", () => {
       const compose = read("ops/compose.yaml")
       const named = envRefNames(file)
       assert.isAbove(named.length, 4)
-      for (const name of [...named, "DATABASE_URL", "CRM_SYNC_ENCRYPTION_KEY"]) {
+      for (const name of [...named, "CRM_SYNC_DATABASE_URL", "CRM_SYNC_ENCRYPTION_KEY"]) {
         assert.isTrue(secretKeys.has(name), `the Secret's instructions give ${name}`)
         assert.match(compose, new RegExp(`\\b${name}:`), `compose sets ${name}`)
       }
@@ -163,15 +163,15 @@ describe("ops", () => {
     // The check fails on a manifest that names what crm-sync does not have.
     const broken = manifests
       .replace('args: ["reconcile"]', 'args: ["reconciliate"]')
-      .replace("name: LOG_LEVEL,", "name: LOGLEVEL,")
+      .replace("name: CRM_SYNC_LOG_LEVEL,", "name: LOGLEVEL,")
       .replace("httpGet: { path: /readyz, port: admin }", "httpGet: { path: /readyz, port: status }")
     assert.deepStrictEqual(kubernetesProblems(broken, known), [
       "Deployment/crm-sync container crm-sync: sets LOGLEVEL, which crm-sync does not read",
       "Deployment/crm-sync container crm-sync: readinessProbe on unknown port status",
       'CronJob/crm-sync-reconcile container reconcile: runs "reconciliate", not a crm-sync command'
     ])
-    const brokenCompose = read("ops/compose.yaml").replace('ADMIN_PORT: "9090"', 'ADMIN_PORT: "9191"')
-    assert.deepStrictEqual(composeProblems(brokenCompose, known), ["compose: ADMIN_PORT 9191 is not published"])
+    const brokenCompose = read("ops/compose.yaml").replace('CRM_SYNC_ADMIN_PORT: "9090"', 'CRM_SYNC_ADMIN_PORT: "9191"')
+    assert.deepStrictEqual(composeProblems(brokenCompose, known), ["compose: CRM_SYNC_ADMIN_PORT 9191 is not published"])
   })
 
   it("every launcher starts Node with crm-sync's V8 flags", () => {
