@@ -2,7 +2,7 @@ import { defineConfig } from "vitest/config"
 
 export default defineConfig({
   test: {
-    include: ["test/**/*.test.ts"],
+    include: ["test/**/*.test.ts", "sandbox/test/**/*.test.ts"],
     globalSetup: ["test/support/globalSetup.ts"],
     reporters: ["default", "./test/support/SummaryReporter.ts"],
     testTimeout: 60_000,

@@ -1,6 +1,6 @@
 /**
  * `--json` as a script uses it: each command prints exactly one JSON object on stdout (logs and
- * progress stay on stderr) — migrate, backfill, reconcile, webhooks replay, outbox retry, status.
+ * progress stay on stderr) — migrate, backfill, reconcile, webhooks replay, outbox retry, status, plan.
  * (It found that every log line went to stdout: Logger.consoleJson ignores LogToStderr.)
  */
 import { PgClient } from "@effect/sql-pg"
@@ -8,7 +8,7 @@ import { assert, layer } from "@effect/vitest"
 import { Effect, Redacted } from "effect"
 import { Reactivity } from "effect/reactivity"
 import { spawn } from "node:child_process"
-import { Sandbox } from "../src/sandbox/Sandbox.ts"
+import { Sandbox } from "@crm-sync/sandbox"
 import { freshDatabase } from "./support/TestDatabase.ts"
 
 const main = new URL("../src/main.ts", import.meta.url).pathname
@@ -94,6 +94,12 @@ layer(
 
         const status = oneObject(yield* cli(["status", "--json"], env))
         assert.isAbove(status.resources.financial_accounts.rows, 0)
+
+        const plan = oneObject(yield* cli(["plan", "--json"], env))
+        assert.deepStrictEqual(
+          plan.connections.map((connection: { connection: string }) => connection.connection),
+          ["default"]
+        )
       }).pipe(Effect.scoped),
     { timeout: 180_000 }
   )

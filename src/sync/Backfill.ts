@@ -42,23 +42,12 @@ import { type CrawlResource, PageCrawler } from "./PageCrawler.ts"
 import { ReferenceSync } from "./ReferenceSync.ts"
 import { SyncError, toSyncError, Usage } from "./SyncError.ts"
 import { JobNames, SyncServicesLive } from "./SyncJobs.ts"
-
-/** What `--resource` accepts, in the order a full backfill reads them. */
-export const BackfillResources = ["reference", "businesses", "annuity_contracts", "financial_accounts"] as const
-export type BackfillResource = (typeof BackfillResources)[number]
-
-/** Tables filled by the reference step, accepted as `--resource` names for it. */
-const referenceAliases = ["me", "books", "users", "teams", "project_templates"] as const
-
-/** Every name `--resource` accepts: the resources, and the reference step's tables. */
-export const BackfillResourceNames = [...BackfillResources, ...referenceAliases] as const
-
-export const parseBackfillResource = (name: string): BackfillResource | undefined =>
-  (BackfillResources as ReadonlyArray<string>).includes(name)
-    ? (name as BackfillResource)
-    : (referenceAliases as ReadonlyArray<string>).includes(name)
-      ? "reference"
-      : undefined
+import {
+  type BackfillResource,
+  BackfillResourceNames,
+  BackfillResources,
+  parseBackfillResource
+} from "./BackfillResources.ts"
 
 export interface BackfillOptions {
   /** One resource only (see `BackfillResources`; `books`, `users`, `teams`, `project_templates` mean `reference`). */
@@ -343,7 +332,7 @@ const run = Effect.fn("backfill")(function* (options?: BackfillOptions) {
       return yield* new SyncError({
         job: "backfill",
         reason: new Usage({
-          message: `unknown resource ${options.resource}; expected one of ${[...BackfillResources, ...referenceAliases].join(", ")}`
+          message: `unknown resource ${options.resource}; expected one of ${BackfillResourceNames.join(", ")}`
         })
       })
     }

@@ -12,7 +12,7 @@ import { RateBudget } from "../../src/budget/RateBudget.ts"
 import { AppConfig } from "../../src/config/AppConfig.ts"
 import { CrmClient } from "../../src/crm/CrmClient.ts"
 import { Credentials } from "../../src/crm/Credentials.ts"
-import { Sandbox } from "../../src/sandbox/Sandbox.ts"
+import { Sandbox } from "@crm-sync/sandbox"
 import { TestDatabase } from "../support/TestDatabase.ts"
 
 const CONNECTIONS = 20

@@ -8,7 +8,7 @@
 import { assert, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { RateBudget } from "../../src/budget/RateBudget.ts"
-import { Sandbox } from "../../src/sandbox/Sandbox.ts"
+import { Sandbox } from "@crm-sync/sandbox"
 import { PageCrawler } from "../../src/sync/PageCrawler.ts"
 import { client, harness } from "../sync/harness.ts"
 

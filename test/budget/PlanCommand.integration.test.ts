@@ -45,7 +45,9 @@ describe("crm-sync plan", () => {
 
       const json = cli(["plan", "--json"], env)
       assert.strictEqual(json.code, 0, json.stderr)
-      const [plan] = JSON.parse(json.stdout)
+      const output = JSON.parse(json.stdout)
+      assert.isString(output.generated_at)
+      const [plan] = output.connections
       assert.strictEqual(plan.connection, "default")
       assert.isFalse(plan.fits)
       assert.deepStrictEqual(plan.suggestions[0].setting, "schedules.crawl")

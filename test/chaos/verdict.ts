@@ -8,7 +8,7 @@
 import { PgClient } from "@effect/sql-pg"
 import { Effect, Layer, Redacted } from "effect"
 import { Reactivity } from "effect/reactivity"
-import type { Sandbox } from "../../src/sandbox/Sandbox.ts"
+import type { Sandbox } from "@crm-sync/sandbox"
 import { compareTable } from "../sync/compare.ts"
 import type { Database } from "./cluster.ts"
 

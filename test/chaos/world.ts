@@ -4,7 +4,7 @@
  * faults switched on at random, and the firm's writes queued in `crm_sync.outbox`.
  */
 import { Effect } from "effect"
-import type { Sandbox } from "../../src/sandbox/Sandbox.ts"
+import type { Sandbox } from "@crm-sync/sandbox"
 
 type SandboxService = Sandbox["Service"]
 

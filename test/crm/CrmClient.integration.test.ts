@@ -14,7 +14,7 @@ import { CrmClient, type CrmClientShape } from "../../src/crm/CrmClient.ts"
 import type { CrmError } from "../../src/crm/CrmError.ts"
 import { Credentials } from "../../src/crm/Credentials.ts"
 import { decodeItems, type ListPage } from "../../src/crm/Pagination.ts"
-import { Sandbox } from "../../src/sandbox/Sandbox.ts"
+import { Sandbox } from "@crm-sync/sandbox"
 import { TestDatabase } from "../support/TestDatabase.ts"
 
 const HIGH = { token: 100_000, company: 100_000, ip: 100_000 }

@@ -16,7 +16,7 @@ import { connect } from "../../src/crm/Connect.ts"
 import { CrmClient } from "../../src/crm/CrmClient.ts"
 import { Credentials } from "../../src/crm/Credentials.ts"
 import { open, parseKey } from "../../src/crm/TokenCipher.ts"
-import { Sandbox } from "../../src/sandbox/Sandbox.ts"
+import { Sandbox } from "@crm-sync/sandbox"
 import { SqlClient, TestDatabase } from "../support/TestDatabase.ts"
 
 const ENCRYPTION_KEY = randomBytes(32).toString("base64")

@@ -6,7 +6,7 @@
 import { assert, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { createServer } from "node:http"
-import { Sandbox } from "../../src/sandbox/Sandbox.ts"
+import { Sandbox } from "@crm-sync/sandbox"
 import { eventFixture } from "../fixtures/Fixtures.ts"
 import { deliverSigned, eventually, freePort, get, startDaemon } from "../support/Daemon.ts"
 import { freshDatabase } from "../support/TestDatabase.ts"

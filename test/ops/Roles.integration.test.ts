@@ -13,7 +13,7 @@ import { spawn } from "node:child_process"
 import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { Sandbox } from "../../src/sandbox/Sandbox.ts"
+import { Sandbox } from "@crm-sync/sandbox"
 import { checkMigratedFrom, migrate, migrationsDirectory, splitStatements } from "../../src/warehouse/Migrations.ts"
 import { freshDatabase } from "../support/TestDatabase.ts"
 

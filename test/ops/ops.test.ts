@@ -8,7 +8,8 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Redacted } from "effect"
-import { decodeDocument, EnvironmentVariables, envRefNames, resolveEnvRefs } from "../../src/config/AppConfig.ts"
+import { decodeDocument, envRefNames, resolveEnvRefs } from "../../src/config/AppConfig.ts"
+import { EnvironmentVariables } from "../../src/config/Variables.ts"
 import { KnownEventTypes, UntypedEventTypes } from "../../src/crm/Events.ts"
 import { parse, parseAllDocuments } from "yaml"
 import { composeProblems, type Known, kubernetesProblems } from "./manifests.ts"
@@ -171,7 +172,9 @@ describe("ops", () => {
       'CronJob/crm-sync-reconcile container reconcile: runs "reconciliate", not a crm-sync command'
     ])
     const brokenCompose = read("ops/compose.yaml").replace('CRM_SYNC_ADMIN_PORT: "9090"', 'CRM_SYNC_ADMIN_PORT: "9191"')
-    assert.deepStrictEqual(composeProblems(brokenCompose, known), ["compose: CRM_SYNC_ADMIN_PORT 9191 is not published"])
+    assert.deepStrictEqual(composeProblems(brokenCompose, known), [
+      "compose: CRM_SYNC_ADMIN_PORT 9191 is not published"
+    ])
   })
 
   it("every launcher starts Node with crm-sync's V8 flags", () => {

@@ -12,7 +12,7 @@ import { AppConfig } from "../../src/config/AppConfig.ts"
 import { Credentials } from "../../src/crm/Credentials.ts"
 import { OutboundWriter, OutboundWriterLive } from "../../src/outbound/OutboundWriter.ts"
 import * as Outbox from "../../src/outbound/Outbox.ts"
-import { Sandbox } from "../../src/sandbox/Sandbox.ts"
+import { Sandbox } from "@crm-sync/sandbox"
 import { Warehouse } from "../../src/warehouse/Warehouse.ts"
 import { TestDatabase } from "../support/TestDatabase.ts"
 

@@ -7,7 +7,8 @@
 import { assert, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
-import { backfill, parseBackfillResource, renderSummary } from "../../src/sync/Backfill.ts"
+import { backfill, renderSummary } from "../../src/sync/Backfill.ts"
+import { parseBackfillResource } from "../../src/sync/BackfillResources.ts"
 import { compareMilestoneChildren, compareTable } from "./compare.ts"
 import { harness, lastSeq, listAll, requestsSince, sandboxMe } from "./harness.ts"
 

@@ -8,7 +8,7 @@
 import { assert, layer } from "@effect/vitest"
 import { Effect, Exit, Layer, Scope } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
-import { Sandbox } from "../../src/sandbox/Sandbox.ts"
+import { Sandbox } from "@crm-sync/sandbox"
 import { BusinessPoller } from "../../src/sync/BusinessPoller.ts"
 import { reconcile } from "../../src/sync/Reconciler.ts"
 import { CrawlSchedulerLive } from "../../src/sync/SyncJobs.ts"

@@ -7,7 +7,7 @@
 import { assert, layer } from "@effect/vitest"
 import { DateTime, Effect, Layer } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
-import { Sandbox } from "../../src/sandbox/Sandbox.ts"
+import { Sandbox } from "@crm-sync/sandbox"
 import { BusinessPoller } from "../../src/sync/BusinessPoller.ts"
 import { compareTable } from "./compare.ts"
 import { client, harness, lastSeq, listAll, requestsSince } from "./harness.ts"

@@ -6,7 +6,7 @@
 import { assert, layer } from "@effect/vitest"
 import { Effect, Exit, Option, Scope, Layer } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
-import { Sandbox } from "../../src/sandbox/Sandbox.ts"
+import { Sandbox } from "@crm-sync/sandbox"
 import { JobLease } from "../../src/sync/JobLease.ts"
 import { CrawlSchedulerLive } from "../../src/sync/SyncJobs.ts"
 import { harness, listAll } from "./harness.ts"

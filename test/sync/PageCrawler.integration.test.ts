@@ -8,7 +8,7 @@
 import { assert, layer } from "@effect/vitest"
 import { Effect, Fiber } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
-import { Sandbox } from "../../src/sandbox/Sandbox.ts"
+import { Sandbox } from "@crm-sync/sandbox"
 import { type CrawlResource, PageCrawler } from "../../src/sync/PageCrawler.ts"
 import { Warehouse } from "../../src/warehouse/Warehouse.ts"
 import { compareTable } from "./compare.ts"

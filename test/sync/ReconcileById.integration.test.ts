@@ -8,7 +8,7 @@
 import { assert, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
-import { Sandbox } from "../../src/sandbox/Sandbox.ts"
+import { Sandbox } from "@crm-sync/sandbox"
 import { reconcile, renderReports } from "../../src/sync/Reconciler.ts"
 import { Warehouse } from "../../src/warehouse/Warehouse.ts"
 import { harness, listAll } from "./harness.ts"

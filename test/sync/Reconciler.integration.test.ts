@@ -12,7 +12,7 @@ import { SqlClient } from "effect/sql/SqlClient"
 import { AppConfig } from "../../src/config/AppConfig.ts"
 import { RateBudget } from "../../src/budget/RateBudget.ts"
 import { Credentials } from "../../src/crm/Credentials.ts"
-import { Sandbox } from "../../src/sandbox/Sandbox.ts"
+import { Sandbox } from "@crm-sync/sandbox"
 import {
   type ReconcileReport,
   reconcile,

@@ -8,7 +8,7 @@
 import { assert, layer } from "@effect/vitest"
 import { Effect, Exit, Layer, Scope } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
-import { Sandbox } from "../../src/sandbox/Sandbox.ts"
+import { Sandbox } from "@crm-sync/sandbox"
 import { BusinessPollerLive, CrawlSchedulerLive } from "../../src/sync/SyncJobs.ts"
 import { harness, lastSeq, listAll, pagesAsked, requestsSince } from "./harness.ts"
 

@@ -1,12 +1,12 @@
 /**
  * Glue for the sandbox conformance tests: an in-process sandbox plus an HTTP client as one layer,
- * and short forms of the helpers of `src/sandbox/testing.ts` bound to that sandbox.
+ * and short forms of the helpers of `src/testing.ts` bound to that sandbox.
  */
 import { Effect, Layer } from "effect"
 import { FetchHttpClient } from "effect/http"
-import type { SandboxOptions } from "../../src/sandbox/Options.ts"
-import { Sandbox } from "../../src/sandbox/Sandbox.ts"
-import { call, type CallOptions } from "../../src/sandbox/testing.ts"
+import type { SandboxOptions } from "../src/Options.ts"
+import { Sandbox } from "../src/Sandbox.ts"
+import { call, type CallOptions } from "../src/testing.ts"
 
 /** A sandbox on a free port with small data, plus `HttpClient`. */
 export const sandboxLayer = (options: SandboxOptions = {}) =>

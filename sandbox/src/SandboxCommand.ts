@@ -1,41 +1,14 @@
 /**
  * `crm-sync sandbox`: runs the CRM sandbox until interrupted, after printing its address, a
- * write-enabled personal access token and the OAuth app's credentials. `src/main.ts` mounts
- * `sandboxCommand` as a subcommand; `node src/sandbox/SandboxCommand.ts [flags]` runs it alone.
+ * write-enabled personal access token and the OAuth app's credentials. The command's flags are in
+ * cli.ts, which loads this module only when the command runs; `npm start -w sandbox -- [flags]`
+ * runs it alone.
  */
 import { NodeRuntime, NodeServices } from "@effect/platform-node"
 import { Clock, Console, Effect, Option } from "effect"
-import { Command, Flag } from "effect/cli"
-import { DurationString, type SandboxOptions } from "./Options.ts"
+import { Command } from "effect/cli"
+import type { SandboxOptions } from "./Options.ts"
 import { Sandbox } from "./Sandbox.ts"
-
-const flags = {
-  port: Flag.Int("port").pipe(Flag.withDescription("TCP port (0 picks a free one)"), Flag.withDefault(4010)),
-  host: Flag.String("host").pipe(Flag.withDescription("Interface to listen on"), Flag.withDefault("127.0.0.1")),
-  records: Flag.Int("records").pipe(
-    Flag.withDescription("Approximate number of generated CRM records"),
-    Flag.withDefault(1000)
-  ),
-  seed: Flag.Int("seed").pipe(Flag.withDescription("Seed of the generated data and faults"), Flag.withDefault(1)),
-  window: Flag.String("window").pipe(
-    Flag.withSchema(DurationString),
-    Flag.withDescription("Rate-limit window (spec: 1h); e.g. 10s for quick experiments"),
-    Flag.withDefault("1h")
-  ),
-  debounce: Flag.String("debounce").pipe(
-    Flag.withSchema(DurationString),
-    Flag.withDescription("client.updated debounce window"),
-    Flag.withDefault("60s")
-  ),
-  webhookHeaderPrefix: Flag.Literals("webhook-header-prefix", ["hook", "webhook", "svix"]).pipe(
-    Flag.withDescription("Prefix of the webhook signature headers"),
-    Flag.withDefault("hook")
-  ),
-  adminToken: Flag.String("admin-token").pipe(
-    Flag.withDescription("Require this bearer token on the /_sandbox admin API"),
-    Flag.optional
-  )
-}
 
 export interface SandboxCommandInput {
   readonly port: number
@@ -101,20 +74,7 @@ export const runSandbox = Effect.fn("SandboxCommand.run")(function* (input: Sand
   }).pipe(Effect.provide(Sandbox.layer(toSandboxOptions(input))))
 })
 
-/** Builds the `sandbox` command (a fresh value each call, for mounting under another command). */
-export const makeSandboxCommand = () =>
-  Command.make("sandbox", flags, runSandbox).pipe(
-    Command.withDescription(
-      "Run the CRM sandbox: the v1 API, OAuth, rate limits, idempotency, webhooks and fault injection, on generated data"
-    ),
-    Command.withExamples([
-      { command: "crm-sync sandbox --records 100000", description: "100k generated records on port 4010" },
-      { command: "crm-sync sandbox --port 0 --window 10s", description: "a free port and 10-second rate windows" }
-    ])
-  )
-
-export const sandboxCommand = makeSandboxCommand()
-
 if (import.meta.main) {
-  Command.run(sandboxCommand, { version: "0.1.0" }).pipe(Effect.provide(NodeServices.layer), NodeRuntime.runMain)
+  const { makeSandboxCommand } = await import("./cli.ts")
+  Command.run(makeSandboxCommand(), { version: "0.1.0" }).pipe(Effect.provide(NodeServices.layer), NodeRuntime.runMain)
 }

@@ -5,8 +5,8 @@
  */
 import { assert, describe, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { Sandbox } from "../../src/sandbox/Sandbox.ts"
-import { call, oauthConnect, pkcePair } from "../../src/sandbox/testing.ts"
+import { Sandbox } from "../src/Sandbox.ts"
+import { call, oauthConnect, pkcePair } from "../src/testing.ts"
 import { admin, api, resetSandbox, sandboxLayer } from "./fixtures.ts"
 
 const REDIRECT = "http://127.0.0.1:8080/oauth/callback"

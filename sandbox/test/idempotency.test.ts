@@ -5,11 +5,11 @@
  */
 import { assert, layer } from "@effect/vitest"
 import { Deferred, Effect, Fiber, Layer, Result } from "effect"
-import type { ApiResponse } from "../../src/sandbox/Http.ts"
-import { SandboxIdempotency } from "../../src/sandbox/Idempotency.ts"
-import { resolveOptions, SandboxConfig } from "../../src/sandbox/Options.ts"
-import { SandboxClock } from "../../src/sandbox/SandboxClock.ts"
-import { expectRequests } from "../../src/sandbox/testing.ts"
+import type { ApiResponse } from "../src/Http.ts"
+import { SandboxIdempotency } from "../src/Idempotency.ts"
+import { resolveOptions, SandboxConfig } from "../src/Options.ts"
+import { SandboxClock } from "../src/SandboxClock.ts"
+import { expectRequests } from "../src/testing.ts"
 import { admin, api, sandboxLayer } from "./fixtures.ts"
 
 const prospect = (lastName: string) => ({ book_id: "bk_00000001", first_name: "Idem", last_name: lastName })

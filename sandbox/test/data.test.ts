@@ -4,10 +4,11 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Duration, Effect, Option } from "effect"
-import { Collection, type KindSpec, pageOfUnion, SortedIndex } from "../../src/sandbox/Collection.ts"
-import { buildWorld } from "../../src/sandbox/Generator.ts"
-import { parseDuration, resolveOptions } from "../../src/sandbox/Options.ts"
-import { Rng } from "../../src/sandbox/Prng.ts"
+import { Collection, type KindSpec, pageOfUnion, SortedIndex } from "../src/Collection.ts"
+import { buildWorld } from "../src/Generator.ts"
+import { parseDuration } from "../src/Durations.ts"
+import { resolveOptions } from "../src/Options.ts"
+import { Rng } from "../src/Prng.ts"
 
 const world = (seed: number, records = 500) =>
   Effect.map(resolveOptions({ seed, records }), (options) => buildWorld(options))

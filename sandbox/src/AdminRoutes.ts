@@ -1,7 +1,7 @@
 /**
  * The admin API over HTTP, under `/_sandbox`: a thin JSON skin over `SandboxAdmin`. Bodies are
  * read as JSON whatever their Content-Type (this API is a test tool, not the emulated one) and
- * decoded with the same schemas the in-process handle uses. docs/sandbox.md lists every route.
+ * decoded with the same schemas the in-process handle uses. README.md lists every route.
  */
 import { Effect, Schema } from "effect"
 import {

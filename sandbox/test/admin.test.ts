@@ -4,9 +4,10 @@
  */
 import { assert, describe, it, layer } from "@effect/vitest"
 import { Effect, Option } from "effect"
-import { Sandbox } from "../../src/sandbox/Sandbox.ts"
-import { makeSandboxCommand, toSandboxOptions } from "../../src/sandbox/SandboxCommand.ts"
-import { countRequests, requestsByPath } from "../../src/sandbox/testing.ts"
+import { Sandbox } from "../src/Sandbox.ts"
+import { makeSandboxCommand } from "../src/cli.ts"
+import { toSandboxOptions } from "../src/SandboxCommand.ts"
+import { countRequests, requestsByPath } from "../src/testing.ts"
 import { api, sandboxLayer } from "./fixtures.ts"
 
 const adminCall = (

@@ -4,7 +4,7 @@
  */
 import { assert, describe, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { expectRequests } from "../../src/sandbox/testing.ts"
+import { expectRequests } from "../src/testing.ts"
 import { admin, api, sandboxLayer } from "./fixtures.ts"
 
 const ISO_MS = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/

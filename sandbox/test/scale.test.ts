@@ -1,11 +1,11 @@
 /**
  * The sandbox at size: a million generated records start in-process and serve deep pages from
  * the indexes (no timing assertions: the point is that it works at this size within the test
- * timeout on a small machine; docs/sandbox.md has the measured numbers).
+ * timeout on a small machine; README.md has the measured numbers).
  */
 import { assert, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { Sandbox } from "../../src/sandbox/Sandbox.ts"
+import { Sandbox } from "../src/Sandbox.ts"
 import { api, sandboxLayer } from "./fixtures.ts"
 
 layer(sandboxLayer({ records: 1_000_000 }), { excludeTestServices: true })("sandbox at 1M records", (it) => {

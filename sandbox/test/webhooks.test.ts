@@ -5,16 +5,16 @@
  */
 import { assert, describe, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import type { SandboxOptions } from "../../src/sandbox/Options.ts"
-import { Sandbox } from "../../src/sandbox/Sandbox.ts"
+import type { SandboxOptions } from "../src/Options.ts"
+import { Sandbox } from "../src/Sandbox.ts"
 import {
   awaitDeliveries,
   type ReceivedWebhook,
   startWebhookReceiver,
   verifyWebhook,
   type WebhookReceiver
-} from "../../src/sandbox/testing.ts"
-import type { EventType } from "../../src/sandbox/Webhooks.ts"
+} from "../src/testing.ts"
+import type { EventType } from "../src/Webhooks.ts"
 import { api, sandboxLayer } from "./fixtures.ts"
 
 const BOOK = "bk_00000001"

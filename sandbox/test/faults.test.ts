@@ -6,8 +6,8 @@
  */
 import { assert, describe, layer } from "@effect/vitest"
 import { Effect, Result } from "effect"
-import { Sandbox } from "../../src/sandbox/Sandbox.ts"
-import { expectRequests, startWebhookReceiver, verifyWebhook } from "../../src/sandbox/testing.ts"
+import { Sandbox } from "../src/Sandbox.ts"
+import { expectRequests, startWebhookReceiver, verifyWebhook } from "../src/testing.ts"
 import { admin, api, sandboxLayer } from "./fixtures.ts"
 
 const fresh = Effect.gen(function* () {

@@ -5,6 +5,7 @@
  * `SandboxConfig` service.
  */
 import { Context, Duration, Effect, Option, Schema } from "effect"
+import { type DurationInput, parseDuration } from "./Durations.ts"
 
 export type WebhookHeaderPrefix = "hook" | "webhook" | "svix"
 
@@ -20,7 +21,6 @@ export interface RateLimitsInput {
 }
 
 /** A duration: Effect's `Duration.Input`, or a short form such as `500ms`, `10s`, `5m`, `1h`, `2d`. */
-export type DurationInput = Duration.Input | string
 
 export interface SandboxOptions {
   /** TCP port; 0 (default) picks a free port. */
@@ -115,30 +115,6 @@ export const defaultRetrySchedule: ReadonlyArray<DurationInput> = [
   "10 hours",
   "10 hours"
 ]
-
-const shortUnits: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 }
-
-/**
- * Parses a duration written as `500ms`, `10s`, `5m`, `1h`, `2d`, or in Effect's own forms
- * (`"10 seconds"`, a number of milliseconds). `None` when it is none of these.
- */
-export const parseDuration = (input: DurationInput): Option.Option<Duration.Duration> => {
-  if (typeof input === "string") {
-    const short = /^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$/.exec(input)
-    if (short !== null) return Option.some(Duration.millis(Number(short[1]) * shortUnits[short[2]!]!))
-  }
-  // fromInput answers None for strings that are not Duration inputs
-  return Duration.fromInput(input as Duration.Input)
-}
-
-/** A CLI/config schema for durations in the forms `parseDuration` accepts. */
-export const DurationString = Schema.String.pipe(
-  Schema.check(
-    Schema.makeFilter((value: string) =>
-      Option.isSome(parseDuration(value)) ? undefined : "expected a duration such as 10s, 5m, 1h or 500ms"
-    )
-  )
-)
 
 /** An invalid sandbox option: programmer input, reported once when the layer is built. */
 export class SandboxOptionsError extends Schema.TaggedError<SandboxOptionsError>()("SandboxOptionsError", {

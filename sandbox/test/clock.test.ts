@@ -3,8 +3,8 @@
  * for the instants the generator produces and for the edges of the calendar arithmetic.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { iso, isoDate } from "../../src/sandbox/SandboxClock.ts"
-import { Rng } from "../../src/sandbox/Prng.ts"
+import { iso, isoDate } from "../src/SandboxClock.ts"
+import { Rng } from "../src/Prng.ts"
 
 const edges = [
   0,

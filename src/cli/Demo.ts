@@ -20,8 +20,7 @@ import { join } from "node:path"
 import type { TokenSet } from "../crm/OAuth.ts"
 import type { AppConfigShape } from "../config/AppConfig.ts"
 import { decodeDocument } from "../config/AppConfig.ts"
-import { Sandbox } from "./Sandbox.ts"
-import { EVENT_TYPES, type EventType } from "./Webhooks.ts"
+import { EVENT_TYPES, type EventType, Sandbox } from "@crm-sync/sandbox"
 
 const CONNECTION = "sandbox"
 

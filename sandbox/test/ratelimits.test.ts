@@ -5,8 +5,8 @@
  */
 import { assert, describe, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { Sandbox } from "../../src/sandbox/Sandbox.ts"
-import { expectRequests } from "../../src/sandbox/testing.ts"
+import { Sandbox } from "../src/Sandbox.ts"
+import { expectRequests } from "../src/testing.ts"
 import { admin, api, sandboxLayer } from "./fixtures.ts"
 
 const limits = {

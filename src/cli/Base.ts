@@ -1,0 +1,42 @@
+/**
+ * What every command but `sandbox` runs on: the config (file and environment), logs on stderr at
+ * the configured level, and OTLP export when `OTEL_EXPORTER_OTLP_ENDPOINT` is set. The command
+ * line (src/main.ts) loads a command's module, and through it this one, only when it runs.
+ */
+import { Effect, Layer, Logger, References, Schema } from "effect"
+import packageJson from "../../package.json" with { type: "json" }
+import { AppConfig } from "../config/AppConfig.ts"
+import { TelemetryLive } from "../observability/Telemetry.ts"
+
+const logLevels = { debug: "Debug", info: "Info", warn: "Warn", error: "Error" } as const
+
+/** Logs go to stderr so that command output (`status --json`) stays clean on stdout. */
+const LoggingLive = Layer.unwrap(
+  Effect.map(AppConfig, (config) =>
+    Layer.mergeAll(
+      // Logger.consoleJson writes with console.log whatever LogToStderr says: JSON lines go to
+      // stderr explicitly (the pretty logger honours LogToStderr).
+      process.stderr.isTTY
+        ? Logger.layer([Logger.consolePretty()])
+        : Logger.layer([Logger.withConsoleError(Logger.formatJson)]),
+      Layer.succeed(Logger.LogToStderr, true),
+      Layer.succeed(References.MinimumLogLevel, logLevels[config.log_level])
+    )
+  )
+)
+
+export const BaseLive = LoggingLive.pipe(Layer.provideMerge(AppConfig.layer))
+
+/** A command's program with the config, logging and telemetry it runs on. */
+export const withBase = <A, E, R>(program: Effect.Effect<A, E, R>) =>
+  program.pipe(Effect.provide(BaseLive), Effect.provide(TelemetryLive(packageJson.version)))
+
+/** A command used the wrong way: printed as one line, exit code 2. */
+export class UsageError extends Schema.TaggedError<UsageError>()("UsageError", { message: Schema.String }) {}
+
+export class NoConnection extends Schema.TaggedError<NoConnection>()("NoConnection", { message: Schema.String }) {}
+
+export const noCrmConfigured = new NoConnection({
+  message:
+    "no CRM is configured: set CRM_BASE_URL and CRM_TOKEN, or CRM_SYNC_CONFIG (see config/README.md); `npm start` runs the daemon against the bundled sandbox"
+})

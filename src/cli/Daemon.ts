@@ -1,0 +1,102 @@
+/**
+ * `crm-sync run`: the daemon. Webhook intake on `webhook_port`; status page, status, metrics and
+ * probes on `admin_port`; the event processor; the read-sync jobs; the reconciliation schedule; the
+ * outbound writer. At start it reports each connection's access (auth type, write access) from
+ * `GET /v1/me`. `demo` runs the same daemon against the sandbox.
+ */
+import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
+import { Duration, Effect, Layer } from "effect"
+import { HttpRouter } from "effect/http"
+import { createServer } from "node:http"
+import { AppConfig, type AppConfigShape } from "../config/AppConfig.ts"
+import * as Connect from "../crm/Connect.ts"
+import { CrmClient } from "../crm/CrmClient.ts"
+import { AdminRoutes } from "../observability/AdminRoutes.ts"
+import { LivenessRoute } from "../observability/Health.ts"
+import { RuntimeMetricsLive } from "../observability/RuntimeMetrics.ts"
+import { StateMetricsLive } from "../observability/StateMetrics.ts"
+import { OutboundWriterLive } from "../outbound/OutboundWriter.ts"
+import { ReconcileSchedulerLive } from "../sync/Reconciler.ts"
+import { SyncJobsLive } from "../sync/SyncJobs.ts"
+import { EventProcessor, EventProcessorLive } from "../webhooks/EventProcessor.ts"
+import { InboxWriter } from "../webhooks/InboxWriter.ts"
+import { TranscriptReader } from "../webhooks/TranscriptReader.ts"
+import { WebhookInbox } from "../webhooks/WebhookInbox.ts"
+import { WebhookIntake } from "../webhooks/WebhookIntake.ts"
+import { ApiStack } from "./ApiStack.ts"
+import { noCrmConfigured, withBase } from "./Base.ts"
+
+/** The daemon's parts, on the CRM stack, for the configured connections. */
+export const Daemon = Layer.unwrap(
+  Effect.gen(function* () {
+    const config = yield* AppConfig
+    if (config.connections.length === 0) return yield* noCrmConfigured
+    // No log line per request: deliveries arrive by the thousand; metrics count them instead.
+    // Paths match exactly (case, trailing and doubled slashes), so an ingress rule on the exact
+    // path cannot be bypassed by spelling it another way.
+    const serveOptions = { disableLogger: true, routerConfig: exactPaths } as const
+    const webhookHttp = HttpRouter.serve(Layer.mergeAll(WebhookIntake.routes, LivenessRoute), serveOptions).pipe(
+      Layer.provide(WebhookIntake.layer),
+      Layer.provide(InboxWriter.layer),
+      Layer.provide(NodeHttpServer.layer(() => webhookServer(config), { port: config.webhook_port }))
+    )
+    const adminHttp = HttpRouter.serve(AdminRoutes, serveOptions).pipe(
+      Layer.provide(NodeHttpServer.layer(createServer, { port: config.admin_port, host: config.admin_host }))
+    )
+    const processing = EventProcessorLive.pipe(
+      Layer.provideMerge(EventProcessor.layer),
+      Layer.provide(TranscriptReader.layer)
+    )
+    const access = Layer.effectDiscard(
+      Effect.forEach(config.connections, (connection) =>
+        Connect.reportAccess().pipe(
+          Effect.provide(CrmClient.layerFor(connection.name)),
+          Effect.catch((error) => Effect.logWarning(`connection ${connection.name}: ${error.message}`))
+        )
+      )
+    )
+    const started = Layer.effectDiscard(
+      Effect.logInfo(
+        `crm-sync running: ${config.connections.length} connection(s), webhooks on port ${config.webhook_port}, ` +
+          `status page and metrics on port ${config.admin_port}`
+      )
+    )
+    return Layer.mergeAll(
+      access,
+      webhookHttp,
+      adminHttp,
+      processing,
+      SyncJobsLive,
+      ReconcileSchedulerLive,
+      OutboundWriterLive,
+      StateMetricsLive,
+      RuntimeMetricsLive,
+      started
+    ).pipe(Layer.provide(WebhookInbox.layer))
+  })
+).pipe(Layer.provide(ApiStack))
+
+/**
+ * The internet-facing server: a delivery must arrive whole within `webhooks.read_timeout` (headers
+ * within the lesser of it and 5 s), and at most `webhooks.max_connections` connections are kept;
+ * a slow or idle client cannot hold memory for Node's default 300 s.
+ */
+const webhookServer = (config: AppConfigShape) => {
+  const readMs = Duration.toMillis(config.webhooks.read_timeout)
+  const server = createServer({
+    requestTimeout: readMs,
+    headersTimeout: Math.min(readMs, 5_000),
+    // Node checks those deadlines on this period (default 30 s, which would let a slow client
+    // stay half a minute whatever the timeouts say).
+    connectionsCheckingInterval: 1_000
+  })
+  server.maxConnections = config.webhooks.max_connections
+  server.keepAliveTimeout = 5_000
+  return server
+}
+
+/** Routing that matches a path only as written: no case folding, no trailing or doubled slashes. */
+const exactPaths = { caseSensitive: true, ignoreTrailingSlash: false, ignoreDuplicateSlashes: false } as const
+
+/** `crm-sync run`. */
+export const run = () => withBase(Layer.launch(Daemon))

@@ -1,0 +1,83 @@
+/**
+ * The commands that need only the warehouse: `migrate`, `status`, `plan`, `outbox retry` and
+ * `webhooks replay`. Each prints one JSON object with `--json`.
+ */
+import { Console, Effect } from "effect"
+import { AppConfig } from "../config/AppConfig.ts"
+import { planReport, renderPlan } from "../observability/PlanReport.ts"
+import { renderStatus, statusReport } from "../observability/StatusReport.ts"
+import * as Outbox from "../outbound/Outbox.ts"
+import { DatabaseInfo, DatabaseLive, MigratedDatabase } from "../warehouse/Database.ts"
+import { migrate as applyMigrations } from "../warehouse/Migrations.ts"
+import { replay } from "../webhooks/EventProcessor.ts"
+import { WebhookInbox } from "../webhooks/WebhookInbox.ts"
+import { UsageError, withBase } from "./Base.ts"
+
+export const migrate = (input: { readonly json: boolean }) =>
+  Effect.gen(function* () {
+    const applied = yield* applyMigrations
+    const info = yield* DatabaseInfo
+    if (input.json) {
+      return yield* Console.log(
+        JSON.stringify({ applied: applied.map(([id, name]) => ({ id, name })), database: info })
+      )
+    }
+    yield* Console.log(
+      applied.length === 0
+        ? `warehouse is up to date (${info.kind}: ${info.location})`
+        : `applied ${applied.length} migration(s) to ${info.kind}: ${info.location}\n${applied.map(([id, name]) => `  ${String(id).padStart(4, "0")}_${name}`).join("\n")}`
+    )
+  }).pipe(Effect.provide(DatabaseLive), withBase)
+
+export const status = (input: { readonly json: boolean }) =>
+  Effect.gen(function* () {
+    const report = yield* statusReport(yield* AppConfig, yield* DatabaseInfo)
+    yield* Console.log(input.json ? JSON.stringify(report) : renderStatus(report))
+  }).pipe(Effect.provide(MigratedDatabase), withBase)
+
+/** `--json`: `{"generated_at": ..., "connections": [a plan per connection]}` (docs/operations.md). */
+export const plan = (input: { readonly json: boolean }) =>
+  Effect.gen(function* () {
+    const plans = yield* planReport(yield* AppConfig)
+    yield* Console.log(
+      input.json ? JSON.stringify({ generated_at: new Date().toISOString(), connections: plans }) : renderPlan(plans)
+    )
+  }).pipe(Effect.provide(MigratedDatabase), withBase)
+
+export const outboxRetry = (input: { readonly id: number; readonly newKey: boolean; readonly json: boolean }) =>
+  Effect.gen(function* () {
+    const { id, newKey, json } = input
+    const result = yield* Outbox.retry(String(id), { newKey })
+    if (newKey && result.changed) {
+      yield* Console.error(
+        `outbox ${id}: new idempotency key, as asked: if an earlier attempt created the record, this creates it again`
+      )
+    }
+    if (json) {
+      return yield* Console.log(
+        JSON.stringify({ id, changed: result.changed, status: result.status, new_key: result.newKey })
+      )
+    }
+    yield* Console.log(
+      result.changed
+        ? `outbox ${id}: pending again${result.newKey ? " with a new idempotency key" : ", same idempotency key"}; the writer sends it next`
+        : `outbox ${id} is ${result.status}: nothing to retry`
+    )
+  }).pipe(Effect.provide(MigratedDatabase), withBase)
+
+export const webhooksReplay = (input: {
+  readonly dead: boolean
+  readonly hookId: string | undefined
+  readonly json: boolean
+}) =>
+  Effect.gen(function* () {
+    if (input.dead === (input.hookId !== undefined)) {
+      return yield* new UsageError({ message: "webhooks replay takes either --dead or one hook id" })
+    }
+    const replayed = yield* replay(
+      input.hookId !== undefined ? { _tag: "One", hookId: input.hookId } : { _tag: "Dead" }
+    )
+    yield* Console.log(
+      input.json ? JSON.stringify({ replayed }) : `${replayed} deliver${replayed === 1 ? "y" : "ies"} back to pending`
+    )
+  }).pipe(Effect.provide(WebhookInbox.layer), Effect.provide(MigratedDatabase), withBase)
