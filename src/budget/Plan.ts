@@ -12,6 +12,7 @@
  * to the others). A crawl that takes longer than its interval runs back to back (the scheduler
  * waits for the previous run to finish), so its effective interval is its duration.
  */
+import { formatDuration } from "../observability/Text.ts"
 
 /** One crawled resource: its listing's size and its schedule. */
 export interface CrawlInput {
@@ -112,16 +113,6 @@ const perHour = (requestsPerRun: number, intervalMs: number) =>
   intervalMs <= 0 ? 0 : (requestsPerRun * HOUR_MS) / intervalMs
 
 const round1 = (value: number) => Math.round(value * 10) / 10
-
-/** A duration in words for a report: "45 s", "12 min", "6 h", "2.5 h", "3 d". */
-export const formatDuration = (ms: number): string => {
-  const seconds = ms / 1000
-  if (!Number.isFinite(seconds)) return "never"
-  if (seconds < 120) return `${Math.round(seconds)} s`
-  if (seconds < 7_200) return `${Math.round(seconds / 60)} min`
-  if (seconds < 172_800) return `${round1(seconds / 3_600)} h`
-  return `${round1(seconds / 86_400)} d`
-}
 
 /**
  * Finish times of crawls that start together and share `budgetPerHour` evenly (max-min fair):

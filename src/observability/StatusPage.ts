@@ -13,6 +13,7 @@ import { oldestWaitingRow, rowsNeedingAPerson } from "../outbound/Outbox.ts"
 import { jobHealth, recentRuns } from "../sync/JobRuns.ts"
 import { deadDeliveries, oldestWaitingDelivery } from "../webhooks/WebhookInbox.ts"
 import type { StatusReport } from "./StatusReport.ts"
+import { formatDuration } from "./Text.ts"
 
 export interface JobHealth {
   readonly job: string
@@ -88,15 +89,8 @@ export const escapeHtml = (text: string): string => text.replace(/[&<>"']/g, (ch
 const e = (value: string | number | null | undefined) =>
   value === null || value === undefined ? "—" : escapeHtml(String(value))
 
-/** "42 s", "7 min", "3.2 h", "2.1 d". */
-export const age = (seconds: number): string =>
-  seconds < 120
-    ? `${Math.max(0, Math.round(seconds))} s`
-    : seconds < 7_200
-      ? `${Math.round(seconds / 60)} min`
-      : seconds < 172_800
-        ? `${Math.round(seconds / 360) / 10} h`
-        : `${Math.round(seconds / 8_640) / 10} d`
+/** "42 s", "7 min", "3 h 12 min", "2 d 2 h". */
+export const age = (seconds: number): string => formatDuration(Math.max(0, seconds) * 1000)
 
 const secondsSince = (now: string, at: string | null) =>
   at === null ? null : (Date.parse(now) - Date.parse(at)) / 1000

@@ -19,6 +19,7 @@
 import { Clock, Console, Duration, Effect, Logger } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
 import { AppConfig } from "../config/AppConfig.ts"
+import { formatDuration } from "../observability/Text.ts"
 import { strictest } from "../budget/Buckets.ts"
 import { RateBudget } from "../budget/RateBudget.ts"
 import { CrmClient, type CrmClientShape } from "../crm/CrmClient.ts"
@@ -29,7 +30,6 @@ import {
   detectProgressMode,
   estimateMs,
   etaText,
-  formatDuration,
   makeProgressDisplay,
   type ProgressDisplay,
   type ProgressMode

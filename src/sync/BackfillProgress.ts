@@ -7,6 +7,7 @@
  */
 import cliProgress from "cli-progress"
 import { Clock, Effect, Logger, type Scope } from "effect"
+import { formatDuration } from "../observability/Text.ts"
 
 export type ProgressMode = "bars" | "lines" | "none"
 
@@ -38,21 +39,6 @@ export interface ProgressDisplay {
 
 const number = new Intl.NumberFormat("en-US")
 
-/** "2 h 14 min", "14 min", "35 s", "< 1 s". */
-export const formatDuration = (ms: number): string => {
-  if (!Number.isFinite(ms)) return "unknown"
-  const seconds = Math.round(ms / 1000)
-  if (seconds < 1) return "< 1 s"
-  if (seconds < 60) return `${seconds} s`
-  const minutes = Math.round(seconds / 60)
-  if (minutes < 60) return `${minutes} min`
-  const hours = Math.floor(minutes / 60)
-  const rest = minutes % 60
-  if (hours < 48) return rest === 0 ? `${hours} h` : `${hours} h ${rest} min`
-  const days = Math.floor(hours / 24)
-  return `${days} d ${hours % 24} h`
-}
-
 /** A limit per window as people say it: "500 req/h", "100 req/10 min". */
 export const formatLimit = (limit: number, windowMs: number): string => {
   const per =
@@ -70,7 +56,7 @@ export const estimateMs = (remaining: number, budgetWaitMs: number, requestsSoFa
 
 /** "ETA 2 h 14 min at 500 req/h". */
 export const etaText = (ms: number, limit: number, windowMs: number) =>
-  `ETA ${formatDuration(ms)} at ${formatLimit(limit, windowMs)}`
+  `ETA ${Number.isFinite(ms) ? formatDuration(ms) : "unknown"} at ${formatLimit(limit, windowMs)}`
 
 /** "financial_accounts 37/120 pages · 3,700 records · 310 rec/s · ETA 2 h 14 min at 500 req/h" without the label. */
 export const describe = (state: ProgressState): string => {

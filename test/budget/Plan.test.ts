@@ -33,7 +33,10 @@ describe("Plan", () => {
     assert.isTrue(hours > 10 && hours < 10.5, `${hours} h`)
     // Back to back: the crawl's effective interval is its duration, not the 6 hours configured.
     assert.strictEqual(accounts.effective_interval_seconds, accounts.full_crawl_seconds)
-    assert.match(plan.warnings.join("\n"), /financial_accounts: a full crawl takes 10\.\d h .*schedules\.crawl \(6 h\)/)
+    assert.match(
+      plan.warnings.join("\n"),
+      /financial_accounts: a full crawl takes 10 h \d+ min .*schedules\.crawl \(6 h\)/
+    )
     assert.deepStrictEqual(
       plan.suggestions.map((s) => [s.setting, s.value]),
       [["schedules.crawl", "11 hours"]]

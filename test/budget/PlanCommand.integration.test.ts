@@ -39,7 +39,7 @@ describe("crm-sync plan", () => {
       assert.match(text.stdout, /1,000 requests per window = 1,000\/hour/)
       assert.match(
         text.stdout,
-        /financial_accounts\s+1,000,000 records, 10,000 pages: a full crawl takes 10\.\d h \(every 6 h\)\s+DOES NOT FIT/
+        /financial_accounts\s+1,000,000 records, 10,000 pages: a full crawl takes 10 h \d+ min \(every 6 h\)\s+DOES NOT FIT/
       )
       assert.match(text.stdout, /set schedules\.crawl to "11 hours"/)
 
@@ -57,7 +57,7 @@ describe("crm-sync plan", () => {
       assert.strictEqual(status.code, 0, status.stderr)
       assert.isFalse(JSON.parse(status.stdout).plan[0].fits)
       const statusText = cli(["status"], env)
-      assert.match(statusText.stdout, /plan {8}default: WARNING financial_accounts: a full crawl takes 10\.\d h/)
+      assert.match(statusText.stdout, /plan {8}default: WARNING financial_accounts: a full crawl takes 10 h \d+ min/)
     }).pipe(Effect.scoped, Effect.provide(Reactivity.layer))
   )
 })

@@ -3,13 +3,8 @@
  * budget's answer and the pace seen so far, the progress line, and the summary table.
  */
 import { assert, describe, it } from "@effect/vitest"
-import {
-  describe as describeProgress,
-  estimateMs,
-  etaText,
-  formatDuration,
-  formatLimit
-} from "../../src/sync/BackfillProgress.ts"
+import { formatDuration } from "../../src/observability/Text.ts"
+import { describe as describeProgress, estimateMs, etaText, formatLimit } from "../../src/sync/BackfillProgress.ts"
 import { renderSummary } from "../../src/sync/Backfill.ts"
 
 describe("backfill progress", () => {
@@ -20,6 +15,10 @@ describe("backfill progress", () => {
     assert.strictEqual(formatDuration((2 * 60 + 14) * 60_000), "2 h 14 min")
     assert.strictEqual(formatDuration(3 * 3_600_000), "3 h")
     assert.strictEqual(formatDuration(50 * 3_600_000), "2 d 2 h")
+    assert.strictEqual(formatDuration(90_000), "2 min")
+    assert.strictEqual(formatDuration(10.2 * 3_600_000), "10 h 12 min")
+    assert.strictEqual(formatDuration(40 * 86_400_000), "1 mo 9 d")
+    assert.strictEqual(formatDuration(Infinity), "never")
     assert.strictEqual(formatLimit(500, 3_600_000), "500 req/h")
     assert.strictEqual(formatLimit(10_000, 3_600_000), "10,000 req/h")
   })
