@@ -113,6 +113,9 @@ layer(
         // Analysts read the warehouse, and nothing of crm-sync's own state.
         const [seen] = yield* reader<{ n: number }>`SELECT count(*)::int AS n FROM crm.businesses`
         assert.strictEqual(seen!.n, businesses!.n)
+        const [current] = yield* reader<{ n: number }>`SELECT count(*)::int AS n FROM crm.current_businesses`
+        assert.isAtMost(current!.n, businesses!.n)
+        assert.isAbove(current!.n, 0)
         assert.isTrue(yield* refused(reader, "SELECT * FROM crm_sync.credentials"))
         assert.isTrue(yield* refused(reader, "SELECT * FROM crm_sync.outbox"))
         assert.isTrue(yield* refused(reader, "UPDATE crm.businesses SET name = 'x'"))

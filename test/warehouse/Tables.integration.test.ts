@@ -76,7 +76,8 @@ layer(TestWarehouse)("warehouse schema", (it) => {
       const sql = yield* SqlClient
       const rows = yield* sql<{ table_name: string; column_name: string; data_type: string; is_nullable: string }>`
         SELECT table_name, column_name, data_type, is_nullable FROM information_schema.columns
-        WHERE table_schema = 'crm'`
+        WHERE table_schema = 'crm' AND table_name IN (
+          SELECT table_name FROM information_schema.tables WHERE table_schema = 'crm' AND table_type = 'BASE TABLE')`
       const columns = new Map<string, Map<string, string>>()
       for (const row of rows) {
         if (!columns.has(row.table_name)) columns.set(row.table_name, new Map())
