@@ -17,7 +17,7 @@ describe("backfill progress", () => {
     assert.strictEqual(formatDuration(50 * 3_600_000), "2 d 2 h")
     assert.strictEqual(formatDuration(90_000), "2 min")
     assert.strictEqual(formatDuration(10.2 * 3_600_000), "10 h 12 min")
-    assert.strictEqual(formatDuration(40 * 86_400_000), "1 mo 9 d")
+    assert.strictEqual(formatDuration(40 * 86_400_000 + 3 * 3_600_000), "40 d 3 h")
     assert.strictEqual(formatDuration(Infinity), "never")
     assert.strictEqual(formatLimit(500, 3_600_000), "500 req/h")
     assert.strictEqual(formatLimit(10_000, 3_600_000), "10,000 req/h")
