@@ -1,17 +1,19 @@
 /**
  * The commands that need only the warehouse: `migrate`, `status`, `plan`, `outbox retry` and
- * `webhooks replay`. Each prints one JSON object with `--json`.
+ * `webhooks replay`. Each prints one JSON object with `--json`. Each imports what it reads when it
+ * runs, so `status` does not load the event processor.
  */
 import { Console, Effect } from "effect"
 import { AppConfig } from "../config/AppConfig.ts"
-import { planReport, renderPlan } from "../observability/PlanReport.ts"
-import { renderStatus, statusReport } from "../observability/StatusReport.ts"
-import * as Outbox from "../outbound/Outbox.ts"
 import { DatabaseInfo, DatabaseLive, MigratedDatabase } from "../warehouse/Database.ts"
 import { migrate as applyMigrations } from "../warehouse/Migrations.ts"
-import { replay } from "../webhooks/EventProcessor.ts"
-import { WebhookInbox } from "../webhooks/WebhookInbox.ts"
 import { UsageError, withBase } from "./Base.ts"
+
+const statusModule = () => import("../observability/StatusReport.ts")
+const planModule = () => import("../observability/PlanReport.ts")
+const outboxModule = () => import("../outbound/Outbox.ts")
+const processorModule = () => import("../webhooks/EventProcessor.ts")
+const inboxModule = () => import("../webhooks/WebhookInbox.ts")
 
 export const migrate = (input: { readonly json: boolean }) =>
   Effect.gen(function* () {
@@ -31,6 +33,7 @@ export const migrate = (input: { readonly json: boolean }) =>
 
 export const status = (input: { readonly json: boolean }) =>
   Effect.gen(function* () {
+    const { renderStatus, statusReport } = yield* Effect.promise(statusModule)
     const report = yield* statusReport(yield* AppConfig, yield* DatabaseInfo)
     yield* Console.log(input.json ? JSON.stringify(report) : renderStatus(report))
   }).pipe(Effect.provide(MigratedDatabase), withBase)
@@ -38,6 +41,7 @@ export const status = (input: { readonly json: boolean }) =>
 /** `--json`: `{"generated_at": ..., "connections": [a plan per connection]}` (docs/operations.md). */
 export const plan = (input: { readonly json: boolean }) =>
   Effect.gen(function* () {
+    const { planReport, renderPlan } = yield* Effect.promise(planModule)
     const plans = yield* planReport(yield* AppConfig)
     yield* Console.log(
       input.json ? JSON.stringify({ generated_at: new Date().toISOString(), connections: plans }) : renderPlan(plans)
@@ -47,6 +51,7 @@ export const plan = (input: { readonly json: boolean }) =>
 export const outboxRetry = (input: { readonly id: number; readonly newKey: boolean; readonly json: boolean }) =>
   Effect.gen(function* () {
     const { id, newKey, json } = input
+    const Outbox = yield* Effect.promise(outboxModule)
     const result = yield* Outbox.retry(String(id), { newKey })
     if (newKey && result.changed) {
       yield* Console.error(
@@ -74,10 +79,11 @@ export const webhooksReplay = (input: {
     if (input.dead === (input.hookId !== undefined)) {
       return yield* new UsageError({ message: "webhooks replay takes either --dead or one hook id" })
     }
+    const [{ replay }, { WebhookInbox }] = yield* Effect.promise(() => Promise.all([processorModule(), inboxModule()]))
     const replayed = yield* replay(
       input.hookId !== undefined ? { _tag: "One", hookId: input.hookId } : { _tag: "Dead" }
-    )
+    ).pipe(Effect.provide(WebhookInbox.layer))
     yield* Console.log(
       input.json ? JSON.stringify({ replayed }) : `${replayed} deliver${replayed === 1 ? "y" : "ies"} back to pending`
     )
-  }).pipe(Effect.provide(WebhookInbox.layer), Effect.provide(MigratedDatabase), withBase)
+  }).pipe(Effect.provide(MigratedDatabase), withBase)
