@@ -1,31 +1,11 @@
 /**
  * OutboundWriter: pushes the firm's writes from `crm_sync.outbox` to the CRM, exactly once in
- * effect.
- *
- * Each claimed row is decoded against the body its operation takes (spec §2.2 for contacts, §4
- * for prospects) before anything is sent: a payload that cannot be right is `needs_review` with
- * the reason, and no request is spent on it. A valid one is POSTed at `interactive` priority with
- * the row's own `Idempotency-Key`, fixed for the row's life, so every retry — in this process, or
- * in another after a crash — is the same request to the CRM. Outcomes:
- * - 2xx: `succeeded`, with the record id and response; the record is written to the warehouse
- *   (`source = write`) so the firm sees it before the next poll.
- * - the CRM refuses the request (4xx validation, unknown book): `needs_review` with its reason.
- * - the token cannot write (401/403): `failed`; nothing will change until someone fixes the token.
- * - transient (5xx, transport, 429): `pending` again with exponential backoff, up to
- *   `outbound.max_attempts`, then `failed`.
- * - 409 (a request with the same key is still running at the CRM): `pending` again, same key.
- * A row whose first attempt is older than the CRM's idempotency-key lifetime (1 hour, spec §8) is
- * never re-sent blindly: an earlier attempt may have created the record, and a new request could
- * create it twice, so it goes to `needs_review`. The check runs when the row is claimed and again
- * before every attempt of the call (`sendBy`), since a permit can take long to come.
- *
- * Rows are claimed one at a time under a lease (`outbound.lease_timeout`) that the writer renews
- * while it works, and every outcome is written only by the lease's holder: another replica takes
- * a row over only when its holder died.
- *
- * Idle, the writer waits on LISTEN `crm_sync_outbox` (the table's insert trigger notifies), with a
- * slow poll as a fallback for missed notifications and for rows whose backoff has passed; a lost
- * LISTEN (a database restart) is established again within seconds.
+ * effect. A row is decoded before anything is sent, then POSTed at `interactive` priority with the
+ * row's own `Idempotency-Key`, fixed for the row's life, so every retry — in this process, or in
+ * another after a crash — is the same request to the CRM. Rows are claimed one at a time under a
+ * lease (`outbound.lease_timeout`) that the writer renews while it works, and every outcome is
+ * written only by the lease's holder: another replica takes a row over only when its holder died.
+ * `OutboundWriterLive` runs it in the daemon.
  */
 import { PgClient } from "@effect/sql-pg"
 import { Cause, Clock, Duration, Effect, Fiber, Layer, Option, Queue, Random, Result, Schedule, Schema } from "effect"
@@ -151,7 +131,16 @@ const settled = (status: "failed" | "needs_review", error: string, options?: Set
   options
 })
 
-/** The outcome of a call the CRM failed, by the error's reason (see the module comment). */
+/**
+ * The outcome of a call the CRM failed, by the error's reason:
+ * - the CRM refuses the request (4xx validation, unknown book): `needs_review` with its reason;
+ * - the token cannot write (401/403): `failed`; nothing will change until someone fixes the token;
+ * - transient (5xx when `outbound.retry_server_errors`, transport, 429): `pending` again with
+ *   exponential backoff, up to `outbound.max_attempts`, then `failed`;
+ * - 5xx otherwise: `needs_review`, since the CRM may have created the record (spec §4 rule 6);
+ * - 409 (a request with the same key is still running at the CRM): `pending` again, same key;
+ * - the key outlived the CRM's memory of it before a permit came: `needs_review` (see `processRow`).
+ */
 export const failureOutcome = (
   row: Pick<Outbox.OutboxRow, "attempts">,
   error: CrmError,
@@ -201,7 +190,10 @@ const recordFailure = Effect.fnUntraced(function* (writer: Writer, row: Outbox.O
   return yield* durably(writer, Outbox.reschedule(row, outcome.error, yield* backoffMs(row.attempts)))
 })
 
-/** A created record: the row succeeded, and the warehouse has the record before the next poll. */
+/**
+ * 2xx: `succeeded`, with the record id and response; the record is written to the warehouse
+ * (`source = write`) so the firm sees it before the next poll.
+ */
 const recordCreated = Effect.fnUntraced(function* (writer: Writer, row: Outbox.OutboxRow, raw: unknown) {
   const operation = operations[row.operation as Operation]
   // The warehouse copy is a courtesy (the next poll or event brings it too): its failure must
@@ -257,7 +249,14 @@ const send = Effect.fnUntraced(function* (writer: Writer, row: Outbox.OutboxRow,
   return yield* recordCreated(writer, row, sent.success.raw)
 })
 
-/** A payload that cannot be right, or a key the CRM has forgotten, is settled without a request. */
+/**
+ * Decodes the row against the body its operation takes (spec §2.2 for contacts, §4 for prospects):
+ * a payload that cannot be right is `needs_review` with the reason, and no request is spent on it.
+ * A row whose first attempt is older than the CRM's idempotency-key lifetime (1 hour, spec §8) is
+ * never re-sent blindly: an earlier attempt may have created the record, and a new request could
+ * create it twice, so it goes to `needs_review`. The check runs here, when the row is claimed, and
+ * again before every attempt of the call (`sendBy`), since a permit can take long to come.
+ */
 const processRow = Effect.fnUntraced(function* (writer: Writer, row: Outbox.OutboxRow) {
   const body = decodePayload(row.operation, row.payload)
   if (Result.isFailure(body)) {
@@ -333,7 +332,12 @@ const make = Effect.gen(function* () {
 
 export const OutboundWriter = { make }
 
-/** The writer as a background job of the daemon: drains on every notification and every few seconds. */
+/**
+ * The writer as a background job of the daemon: drains on every notification and every few
+ * seconds. Idle, it waits on LISTEN `crm_sync_outbox` (the table's insert trigger notifies), with a
+ * slow poll as a fallback for missed notifications and for rows whose backoff has passed; a lost
+ * LISTEN (a database restart) is established again within seconds.
+ */
 export const OutboundWriterLive = Layer.effectDiscard(
   Effect.gen(function* () {
     const writer = yield* make

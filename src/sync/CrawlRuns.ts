@@ -1,25 +1,11 @@
 /**
  * CrawlRuns: the bookkeeping of full-page crawls — `crm_sync.crawl_runs` (one row per crawl: the
  * pages stored so far, the totals the CRM reported, what became of the records),
- * `crm_sync.crawl_sightings` (the ids each stored batch received, one row per batch) and
- * `crm_sync.crawl_misses` (tracked records that clean crawls missed, and how many in a row).
- * PageCrawler and ReferenceSync drive it; every write here runs inside the transaction of the batch
- * (or the final step) it describes, so the bookkeeping can never disagree with the warehouse.
- *
- * Deletion by absence (spec §1: the v1 API has no DELETE and lists deleted records nowhere, so a
- * record that disappears from the listing is the only sign): the records a connection's crawls
- * track are those the last clean crawl saw (its sightings), those crawls since have seen, and those
- * still counting misses. A clean crawl — every page read without error — adds one miss to each
- * tracked record it did not see and clears the misses of those it saw; a record missed by two clean
- * crawls in a row is marked deleted. A sighting by a crawl that did not finish starts the count
- * over, so a record shifted across a page boundary by drift in one crawl is simply seen by the
- * next. A crawl that fails or is cut short counts no misses and deletes nothing, and neither does a
- * resumed crawl finishing after a newer crawl of the same records began (its early pages are older
- * than that crawl's). When more than the configured share of the tracked records would go at once,
- * nothing is deleted and the run says so in `note`.
- *
- * Why sightings by the batch: a row per record per crawl cost a fifth of a crawl's database time;
- * one array per batch costs next to nothing, and the set arithmetic runs once, at a clean finish.
+ * `crm_sync.crawl_sightings` (the ids each stored batch received) and `crm_sync.crawl_misses`
+ * (tracked records that clean crawls missed, and how many in a row). PageCrawler and ReferenceSync
+ * drive it; every write here runs inside the transaction of the batch (or the final step) it
+ * describes, so the bookkeeping can never disagree with the warehouse. A record missed by two clean
+ * crawls in a row is marked deleted (`finishClean`).
  */
 import { Context, DateTime, Effect, Layer, Schema } from "effect"
 import { percent } from "../observability/Text.ts"
@@ -188,6 +174,10 @@ const open = (sql: SqlClient) =>
     Effect.mapError(failed("CrawlRuns.open"))
   )
 
+/**
+ * Sightings by the batch: a row per record per crawl cost a fifth of a crawl's database time; one
+ * array per batch costs next to nothing, and the set arithmetic runs once, at a clean finish.
+ */
 const recordBatch = (sql: SqlClient, warehouse: Warehouse["Service"]) =>
   Effect.fn("CrawlRuns.recordBatch")(function* (run: CrawlRun, batch: PageBatch) {
     // The warehouse undeletes (its `(id) WHERE deleted_at IS NOT NULL` index makes that a
@@ -393,6 +383,19 @@ const trackedElsewhere = Effect.fnUntraced(function* (
   return new Set(rows.map((row) => row.id))
 })
 
+/**
+ * Deletion by absence (spec §1: the v1 API has no DELETE and lists deleted records nowhere, so a
+ * record that disappears from the listing is the only sign): the records a connection's crawls
+ * track are those the last clean crawl saw (its sightings), those crawls since have seen, and those
+ * still counting misses. A clean crawl — every page read without error — adds one miss to each
+ * tracked record it did not see and clears the misses of those it saw; a record missed by two clean
+ * crawls in a row is marked deleted. A sighting by a crawl that did not finish starts the count
+ * over, so a record shifted across a page boundary by drift in one crawl is simply seen by the
+ * next. A crawl that fails or is cut short counts no misses and deletes nothing (it never gets
+ * here), and neither does a resumed crawl finishing after a newer crawl of the same records began
+ * (its early pages are older than that crawl's). When more than the configured share of the
+ * tracked records would go at once, nothing is deleted and the run says so in `note`.
+ */
 const finishClean = (sql: SqlClient) =>
   Effect.fn("CrawlRuns.finishClean")(function* (run: CrawlRun, options: FinishOptions) {
     const unproven = yield* closeIfUnproven(sql, run)

@@ -2,25 +2,10 @@
  * JobLease: at most one process on the database runs a given sync job at a time. Two replicas of
  * the daemon, or a daemon and a `crm-sync backfill`, must not crawl the same resource of the same
  * connection together: they would spend the shared budget twice on the same pages
- * (docs/architecture.md: "Scale-out is PostgreSQL's").
- *
- * A lease is a session-level PostgreSQL advisory lock (`pg_try_advisory_lock`). A session lock
- * lives exactly as long as its session: it is released by the job's finalizer, and by the server
- * itself if the process dies (kill -9, a lost host), so a lease never outlives its holder and needs
- * no reaper or heartbeat. A transaction-scoped lock would not do: a crawl commits once per page,
- * over hours.
- *
- * All the leases of a process are held on one session — a connection reserved from the pool for
- * the layer's lifetime — rather than one connection per running job: a daemon with several CRM
- * connections runs a dozen long jobs, which must not pin a dozen pool connections for hours.
- * Advisory locks are re-entrant within a session, so the process keeps its own set of held leases
- * to refuse a second fiber the same lease. Should the session break (the database restarted), its
- * locks are gone with it: the attempt that finds it broken tries once more on a new session (so a
- * job need not wait a turn to find the database back), and until the running jobs finish, another
- * process may start the same job — wasteful, never harmful (every write is idempotent).
- *
- * The effect run under a lease sees it as `CurrentLease`: JobRuns and CrawlRuns write it on the
- * runs they open, which is how the orphan sweep (SyncJobs) tells a dead holder's runs.
+ * (docs/architecture.md: "Scale-out is PostgreSQL's"). A lease is a session-level PostgreSQL
+ * advisory lock, so it never outlives its holder (see `LeaseSession`). The effect run under a lease
+ * sees it as `CurrentLease`: JobRuns and CrawlRuns write it on the runs they open, which is how the
+ * orphan sweep (SyncJobs) tells a dead holder's runs.
  */
 import { Context, Duration, Effect, Exit, Layer, Option, Schema, Scope, Semaphore } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
@@ -55,8 +40,18 @@ export const CurrentLease = Context.Reference<string | null>("crm-sync/sync/Curr
 })
 
 /**
- * The process's lease session and the leases held on it. `permit` lets one statement at a time onto
- * the shared session; `current` is the reserved connection, none until first needed or after it broke.
+ * The process's lease session and the leases held on it. A lease is a session-level advisory lock
+ * (`pg_try_advisory_lock`), which lives exactly as long as its session: it is released by the job's
+ * finalizer, and by the server itself if the process dies (kill -9, a lost host), so a lease never
+ * outlives its holder and needs no reaper or heartbeat. A transaction-scoped lock would not do: a
+ * crawl commits once per page, over hours.
+ *
+ * All the leases of a process are held on one session — a connection reserved from the pool for
+ * the layer's lifetime — rather than one connection per running job: a daemon with several CRM
+ * connections runs a dozen long jobs, which must not pin a dozen pool connections for hours.
+ * Advisory locks are re-entrant within a session, so the process keeps its own set of `held`
+ * leases to refuse a second fiber the same lease. `permit` lets one statement at a time onto the
+ * session; `current` is its connection, none until first needed or after it broke.
  */
 interface LeaseSession {
   readonly sql: SqlClient
@@ -96,7 +91,12 @@ const onSession = <A>(session: LeaseSession, use: (connection: Connection) => Ef
     })
   )
 
-/** Takes the lease if no one holds it: true when taken. */
+/**
+ * Takes the lease if no one holds it: true when taken. Should the session break (the database
+ * restarted), its locks are gone with it: the attempt that finds it broken tries once more on a new
+ * session (so a job need not wait a turn to find the database back), and until the running jobs
+ * finish, another process may start the same job — wasteful, never harmful (every write is idempotent).
+ */
 const acquire = (session: LeaseSession, lease: string) =>
   Effect.gen(function* () {
     if (session.held.has(lease)) return false

@@ -1,20 +1,11 @@
 /**
- * ReferenceSync: the slow-changing reference data — the authenticated user (`GET /v1/me`, spec
- * §2.11), the books with their users and teams (`GET /v1/books`, spec §4: each book lists
- * `users[].id` and `teams[].id`, which the warehouse merges into `crm.users` and `crm.teams`), and
- * the project templates of every book (`GET /v1/project_templates?book_id=…`, spec §2.4) with their
- * milestones, outcomes, form fields and attachments (child tables, written by the warehouse).
- *
- * Spec §4 rule 2: filtered by book, the templates listing includes the company-wide templates
- * usable for it, so the same template comes back once per book; it is written once per refresh.
- * Every listing is read at `per_page=100` at the `bulk` priority. The daemon refreshes this every
- * `schedules.reference` (default 24 hours); the backfill does it first.
- *
- * Deletions show only as absence here too. A refresh that read everything has the whole listing of
- * books and of templates, so it settles absences as a crawl does (CrawlRuns, one run per resource):
- * a book or template missed by two complete refreshes in a row is marked deleted, and one that
- * comes back is undeleted. A firm has a handful of books, so the mass-deletion threshold alone
- * would refuse every deletion: one record at a time is always allowed, more only within it.
+ * ReferenceSync: the slow-changing reference data of a connection — the authenticated user
+ * (`GET /v1/me`, spec §2.11), the books with their users and teams (`GET /v1/books`, spec §4) and
+ * the project templates of every book (`GET /v1/project_templates?book_id=…`, spec §2.4), every
+ * listing read at `per_page=100` at the `bulk` priority. The daemon refreshes this every
+ * `schedules.reference` (default 24 hours); the backfill does it first. Deletions show only as
+ * absence here too: a book or template missed by two complete refreshes in a row is marked
+ * deleted, and one that comes back is undeleted.
  */
 import { Context, DateTime, Effect, Layer, Stream } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
@@ -129,6 +120,10 @@ const readMe = Effect.fnUntraced(function* (deps: ReferenceDeps, client: CrmClie
   yield* progress(refresh, "me")
 })
 
+/**
+ * The books. Each lists `users[].id` and `teams[].id` (spec §4), which the warehouse merges into
+ * `crm.users` and `crm.teams`.
+ */
 const readBooks = (deps: ReferenceDeps, client: CrmClientShape, refresh: Refresh) =>
   client
     .paginate((page) => client.listBooks(page, { priority: "bulk" }))
@@ -151,7 +146,11 @@ const readBooks = (deps: ReferenceDeps, client: CrmClientShape, refresh: Refresh
       )
     )
 
-/** The templates of a page not seen under an earlier book: company-wide ones come back under every book (spec §4 rule 2). */
+/**
+ * The templates of a page not seen under an earlier book, counting the others as shared copies.
+ * Spec §4 rule 2: filtered by book, the templates listing includes the company-wide templates
+ * usable for it, so the same template comes back once per book; it is written once per refresh.
+ */
 const unseenTemplates = <A>(refresh: Refresh, data: ReadonlyArray<A>) =>
   data.filter((raw) => {
     const id = idOf(raw)
@@ -164,6 +163,10 @@ const unseenTemplates = <A>(refresh: Refresh, data: ReadonlyArray<A>) =>
     return true
   })
 
+/**
+ * The project templates of every book, with their milestones, outcomes, form fields and
+ * attachments (child tables, written by the warehouse).
+ */
 const readTemplates = Effect.fnUntraced(function* (deps: ReferenceDeps, client: CrmClientShape, refresh: Refresh) {
   for (const bookId of refresh.bookIds) {
     yield* client
@@ -189,7 +192,11 @@ const readTemplates = Effect.fnUntraced(function* (deps: ReferenceDeps, client: 
   yield* progress(refresh, "project_templates")
 })
 
-/** Records a complete listing of one resource and settles its absences (see the module comment). */
+/**
+ * Records a complete listing of one resource and settles its absences as a crawl does (CrawlRuns,
+ * one run per resource). A firm has a handful of books, so the mass-deletion threshold alone would
+ * refuse every deletion: one record at a time is always allowed, more only within it.
+ */
 const settleAbsences = (
   deps: ReferenceDeps,
   connection: string,

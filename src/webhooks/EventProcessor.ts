@@ -1,28 +1,11 @@
 /**
  * EventProcessor: applies the deliveries waiting in `crm_sync.webhook_inbox` to the warehouse.
- *
- * A batch is leased with `FOR UPDATE SKIP LOCKED` (WebhookInbox.claim), so any number of
- * processes share the inbox without coordinating in memory. Each row is decoded by its
- * `event_type`, or by its endpoint's fixed type for the events of spec §6.3 that carry none
- * (Events.decodeEvent), and turned into warehouse writes: snapshots are upserted through the
- * warehouse's forward-only guard (an older snapshot never replaces a newer one, and a snapshot may
- * be newer than its event, spec §6.1), `*.deleted` marks the record deleted (a tombstone when it was
- * never seen, so a late snapshot cannot resurrect it), `client.updated` adds its `changed_fields`
- * to `crm.client_changes`, and `meeting.transcript_ready` reads the transcript (TranscriptReader,
- * interactive priority) before the transaction, so no HTTP call ever holds one open.
- *
- * The writes of a whole batch and the settlement of its inbox rows commit in one transaction:
- * a row is `processed` exactly when its effects are in the warehouse, so a crash at any point
- * leaves it claimable again (after its lease expires) and applying it again changes nothing. A
- * transaction that fails transiently (a deadlock, a lost connection) is tried again; one that
- * fails over some row's data is split, each row tried alone, and the ones that still fail are put
- * back as `failed` with a backoff (`dead` after `webhooks.max_attempts`). A body that does not decode is
- * `dead` at once (trying again cannot help; `replay` after a fix can); an event type without a
- * handler is `unhandled`, kept for a later replay, never failed.
- *
- * `EventProcessorLive` runs it: woken by LISTEN/NOTIFY on the inbox channel (the intake's INSERT
- * notifies on commit), with a periodic poll as a fallback (a lost notification, retries coming
- * due), plus a reaper for leases whose holder died and the pruning of old processed rows.
+ * A batch is leased with `FOR UPDATE SKIP LOCKED` (WebhookInbox.claim), so any number of processes
+ * share the inbox without coordinating in memory; its rows are decided (EventWrites), transcripts
+ * read outside any transaction, then the writes and the rows' settlement commit in one transaction:
+ * a row is `processed` exactly when its effects are in the warehouse, so a crash at any point leaves
+ * it claimable again (after its lease expires) and applying it again changes nothing.
+ * `EventProcessorLive` runs it in the daemon.
  */
 import { PgClient } from "@effect/sql-pg"
 import { Cause, Clock, Context, Duration, Effect, Exit, Layer, Queue } from "effect"
@@ -155,8 +138,9 @@ const readTranscript = (transcripts: TranscriptReader["Service"], item: ApplyDec
   )
 
 /**
- * The follow-up reads (`meeting.transcript_ready`), outside any transaction, so no HTTP call ever
- * holds one open: each row is then ready to apply, or failed for now.
+ * The follow-up reads: `meeting.transcript_ready` reads the transcript (TranscriptReader,
+ * interactive priority) before the transaction, so no HTTP call ever holds one open. Each row is
+ * then ready to apply, or failed for now.
  */
 const followUp = Effect.fnUntraced(function* (p: Processor, applying: ReadonlyArray<ApplyDecision>) {
   const failures: Array<EventFailure> = []
@@ -253,6 +237,10 @@ const recordOutcomes = Effect.fnUntraced(function* (
   yield* Metrics.observe(Metrics.webhookApplySeconds, (now - started) / 1000)
 })
 
+/**
+ * One batch. Rows that fail (a transcript read, their own data) are put back as `failed` with a
+ * backoff, `dead` after `webhooks.max_attempts`; rows decided `dead` or `unhandled` settle with it.
+ */
 const processBatch = (p: Processor) =>
   Effect.gen(function* () {
     const rows = yield* p.inbox.claim(p.workerId, p.batchSize)
@@ -357,8 +345,10 @@ export class EventProcessor extends Context.Service<
 // ---------------------------------------------------------------------------------------------
 
 /**
- * Runs the processor for the life of the layer: work on every notification and poll tick, the
- * LISTEN connection kept up (re-established after a failure), leases reaped, old rows pruned.
+ * Runs the processor for the life of the layer: work on every notification on the inbox channel
+ * (the intake's INSERT notifies on commit) and on every poll tick (a lost notification, retries
+ * coming due), the LISTEN connection kept up (re-established after a failure), leases whose holder
+ * died reaped, old processed rows pruned.
  */
 export const EventProcessorLive = Layer.effectDiscard(
   Effect.gen(function* () {

@@ -1,16 +1,14 @@
 /**
  * EventWrites: what a webhook delivery asks of the warehouse, and those writes applied for a batch.
- *
- * `decide` reads a claimed inbox row (UTF-8 JSON, not nested too deep), decodes it by its
- * `event_type` or its endpoint's fixed type (Events.decodeEvent), and turns it into warehouse
- * writes, or into the final status it gets without any: `dead` when it does not decode (trying
- * again cannot help), `unhandled` when no table takes it. `applyWrites` groups the writes of
- * several rows per table, in a fixed order, and applies them; it holds no transaction of its own.
+ * `decide` turns a claimed inbox row into its warehouse writes, or into the final status it gets
+ * without any (`dead`, `unhandled`); it never fails and calls nothing outside. `applyWrites` groups
+ * the writes of several rows per table, ids in a fixed order (so concurrent processors cannot
+ * deadlock), and applies them in the caller's transaction.
  */
 import { DateTime, Effect, Predicate, Result, Schema } from "effect"
 import { type CrmEvent, decodeEvent } from "../crm/Events.ts"
 import * as Models from "../crm/Models.ts"
-import { type ClientChange, type Resource, Warehouse } from "../warehouse/Warehouse.ts"
+import type { ClientChange, Resource, Warehouse } from "../warehouse/Warehouse.ts"
 import { nestsDeeperThan, tooDeep } from "./JsonDepth.ts"
 import type { ClaimedRow } from "./WebhookInbox.ts"
 
@@ -96,7 +94,14 @@ const unshownWrites = (eventType: string, body: Json): Writes | string => {
   return `no handler for event type ${eventType}; kept in the inbox (replay once one exists)`
 }
 
-/** The writes of one decoded event. `body` is the delivery as received, for the raw records. */
+/**
+ * The writes of one decoded event. `body` is the delivery as received, for the raw records.
+ * Snapshots are upserted through the warehouse's forward-only guard (an older snapshot never
+ * replaces a newer one, and a snapshot may be newer than its event, spec §6.1); `*.deleted` marks
+ * the record deleted (a tombstone when it was never seen, so a late snapshot cannot resurrect it);
+ * `client.updated` adds its `changed_fields` to `crm.client_changes`; `meeting.transcript_ready`
+ * asks for its transcript to be read.
+ */
 const writesOf = (event: CrmEvent, body: Json): Writes | string => {
   switch (event._tag) {
     case "MeetingEvent":
@@ -159,7 +164,12 @@ const parseBody = (row: ClaimedRow) =>
       cause instanceof RangeError && cause.message === tooDeep ? tooDeep : "the body is not UTF-8 JSON"
   })
 
-/** Decodes one claimed row into its writes, or the final status it gets without any. */
+/**
+ * Decodes one claimed row into its writes, or the final status it gets without any: a body that
+ * does not decode is `dead` at once (trying again cannot help; `replay` after a fix can); an event
+ * type without a handler is `unhandled`, kept for a later replay, never failed. A row is decoded by
+ * its `event_type`, or by its endpoint's fixed type for the events of spec §6.3 that carry none.
+ */
 export const decide = (row: ClaimedRow): Effect.Effect<Decision> =>
   Effect.gen(function* () {
     const eventType = row.eventType ?? "unknown"

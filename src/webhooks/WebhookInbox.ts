@@ -3,13 +3,8 @@
  * hook-id (migrations/0002_sync_state.sql). The intake writes rows (`insert`, many per statement);
  * the processor leases them (`claim`, FOR UPDATE SKIP LOCKED with `locked_by`/`locked_at`, after
  * graphile-worker), settles them in the same transaction as its warehouse writes (`settle`), puts
- * failures back with a backoff (`retryLater`), and an operator can `replay` dead rows.
- *
- * Row lifecycle: `pending` → (claimed) → `processed` | `unhandled` (no handler for its event type)
- * | `failed` (will be retried at `next_attempt_at`) → … → `dead` after `max_attempts`, or at once
- * when retrying cannot help (the body is not JSON or does not decode). Claimed rows keep their
- * status and carry a lease; `reap` frees leases whose holder died. Times are PostgreSQL's `now()`,
- * so every replica on the database agrees on leases and due times.
+ * failures back with a backoff (`retryLater`), and an operator can `replay` dead rows. Times are
+ * PostgreSQL's `now()`, so every replica on the database agrees on leases and due times.
  */
 import { PgTypes } from "@effect/sql-pg"
 import { Context, Duration, Effect, Layer, Result } from "effect"
@@ -19,6 +14,12 @@ import type { SqlError } from "effect/sql/SqlError"
 /** The NOTIFY channel the insert trigger signals (0002_sync_state.sql). */
 export const INBOX_CHANNEL = "crm_sync_webhook_inbox"
 
+/**
+ * Row lifecycle: `pending` → (claimed) → `processed` | `unhandled` (no handler for its event type)
+ * | `failed` (will be retried at `next_attempt_at`) → … → `dead` after `max_attempts`, or at once
+ * when retrying cannot help (the body is not JSON or does not decode). Claimed rows keep their
+ * status and carry a lease; `reap` frees leases whose holder died.
+ */
 export type InboxStatus = "pending" | "processed" | "failed" | "dead" | "unhandled"
 
 /** A verified delivery as the intake stores it. */
@@ -97,6 +98,10 @@ const oneCopyPerHook = (rows: ReadonlyArray<InboxRow>): ReadonlyArray<InboxRow> 
 }
 
 const rowsAffected = (rows: ReadonlyArray<{ readonly n: number | bigint }>) => Number(rows[0]?.n ?? 0)
+
+// ---------------------------------------------------------------------------------------------
+// Storing and claiming
+// ---------------------------------------------------------------------------------------------
 
 // One statement whatever the batch size (unnest of arrays rather than multi-row VALUES),
 // so PostgreSQL plans it once.
@@ -178,6 +183,10 @@ const claim = (sql: SqlClient) =>
       .toSorted((a, b) => a.receivedAt.getTime() - b.receivedAt.getTime())
   })
 
+// ---------------------------------------------------------------------------------------------
+// Settling claimed rows
+// ---------------------------------------------------------------------------------------------
+
 // `locked_by = worker`: a row whose lease was reaped and taken by another processor is that
 // processor's to settle. Applying it twice meanwhile is harmless (writes are idempotent).
 const settle = (sql: SqlClient) =>
@@ -213,6 +222,10 @@ const retryLater = (sql: SqlClient) =>
       RETURNING inbox.hook_id, inbox.status`
     return { dead: rows.filter((row) => row.status === "dead").map((row) => row.hook_id) }
   })
+
+// ---------------------------------------------------------------------------------------------
+// Leases and retention: the reaper and pruning
+// ---------------------------------------------------------------------------------------------
 
 const reap = (sql: SqlClient) =>
   Effect.fnUntraced(function* (leaseTimeout: Duration.Duration) {
@@ -253,6 +266,10 @@ const prune = (sql: SqlClient) =>
     }
   })
 
+// ---------------------------------------------------------------------------------------------
+// The operator's replay, and the backlog
+// ---------------------------------------------------------------------------------------------
+
 const replay = (sql: SqlClient) =>
   Effect.fnUntraced(function* (selection: ReplaySelection) {
     const filter =
@@ -277,6 +294,10 @@ const counts = (sql: SqlClient) =>
            (SELECT count(*) FROM crm_sync.webhook_inbox WHERE status = 'dead')::int AS dead`.pipe(
     Effect.map((rows) => ({ backlog: rows[0]?.backlog ?? 0, dead: rows[0]?.dead ?? 0 }))
   )
+
+// ---------------------------------------------------------------------------------------------
+// The service
+// ---------------------------------------------------------------------------------------------
 
 export class WebhookInbox extends Context.Service<
   WebhookInbox,

@@ -1,24 +1,11 @@
 /**
- * WebhookIntake: the HTTP side of webhooks. One route per configured endpoint,
- * `POST /webhooks/<name>`, each with its own signing secrets (several during a rotation) and an
- * optional fixed event type (spec §6.3: `client.created`, `client.updated` and `prospect.created`
- * carry no `event_type`, so only their endpoint says what they are).
- *
- * A delivery goes through, in order, and stops at the first failure (nothing stored, counted in
- * `crm_sync_webhook_deliveries_total` by reason):
- *   1. the endpoint must exist: 404;
- *   2. a declared Content-Length over `webhooks.max_body_bytes`: 413 before reading anything;
- *   3. the `hook-*` / `webhook-*` / `svix-*` headers must be present and well formed: 400;
- *   4. the timestamp must be within `webhooks.tolerance` of now: 401;
- *   5. the body is read as raw bytes, counting them as they stream in: 413 past the limit,
- *      whatever Content-Length claimed; this happens before any HMAC is computed;
- *   6. the signature over those exact bytes must match one of the endpoint's secrets: 401.
- * Then the delivery is stored in `crm_sync.webhook_inbox` through the group-commit InboxWriter
- * and answered 200 only after the commit (spec §6.1: "returns a 2xx response promptly after
- * verifying and durably accepting the delivery"); a repeat of a stored hook-id is answered 200
- * too and changes nothing. If the database cannot take it: 503, and the sender retries. A signed
- * body that is not JSON is stored as `dead` with the reason and answered 200: a retry would bring
- * the same bytes.
+ * WebhookIntake: the HTTP side of webhooks. One route per configured endpoint, `POST /webhooks/<name>`,
+ * each with its own signing secrets (several during a rotation) and an optional fixed event type
+ * (spec §6.3: `client.created`, `client.updated` and `prospect.created` carry no `event_type`, so
+ * only their endpoint says what they are). A delivery is stored only once verified, and answered 200
+ * only after its commit (spec §6.1: "returns a 2xx response promptly after verifying and durably
+ * accepting the delivery"); a refusal stores nothing and is counted in
+ * `crm_sync_webhook_deliveries_total` by reason.
  */
 import { ByteSize, Clock, Context, Duration, Effect, Layer, Predicate, Result, Schema } from "effect"
 import { HttpIncomingMessage, HttpRouter, HttpServerRequest, HttpServerResponse } from "effect/http"
@@ -141,7 +128,11 @@ const readBody = (request: HttpServerRequest.HttpServerRequest, maxBytes: number
     )
   )
 
-/** Steps 3 to 6 of the module comment: the delivery's headers and its body, or why it is refused. */
+/**
+ * Steps 3 to 6 of `handle`: the delivery's headers and its body, or why it is refused. Headers
+ * first (400), then the timestamp (401), then the body (413 past the limit, whatever
+ * Content-Length claimed), then the signature over those exact bytes (401).
+ */
 const verify = Effect.fnUntraced(function* (
   endpoint: Endpoint,
   request: HttpServerRequest.HttpServerRequest,
@@ -162,7 +153,10 @@ const verify = Effect.fnUntraced(function* (
 // Storing: the inbox row, committed before the answer
 // ---------------------------------------------------------------------------------------------
 
-/** The inbox row of a verified delivery: `dead` at once when its body is not JSON. */
+/**
+ * The inbox row of a verified delivery. A signed body that is not JSON is stored as `dead` with the
+ * reason (and answered 200): a retry would bring the same bytes.
+ */
 const inboxRow = Effect.fnUntraced(function* (
   name: string,
   endpoint: Endpoint,
@@ -180,7 +174,11 @@ const inboxRow = Effect.fnUntraced(function* (
   } satisfies InboxRow
 })
 
-/** Stores the row and answers once it is committed: 200, or 503 when the inbox cannot take it. */
+/**
+ * Stores the row through the group-commit InboxWriter and answers once it is committed: 200, also
+ * for a repeat of a stored hook-id (which changes nothing); 503 when the database cannot take it,
+ * and the sender retries.
+ */
 const store = Effect.fnUntraced(function* (
   writer: InboxWriter["Service"],
   name: string,
@@ -229,7 +227,18 @@ const accept = Effect.fnUntraced(function* (
 // The HTTP side: endpoint, declared length, bytes in flight
 // ---------------------------------------------------------------------------------------------
 
-// A span per delivery (exported with OTEL_EXPORTER_OTLP_ENDPOINT, see observability/Telemetry.ts).
+/**
+ * One delivery. It goes through, in order, and stops at the first failure:
+ *   1. the endpoint must exist: 404;
+ *   2. a declared Content-Length over `webhooks.max_body_bytes`: 413 before reading anything;
+ *   3. the `hook-*` / `webhook-*` / `svix-*` headers must be present and well formed: 400;
+ *   4. the timestamp must be within `webhooks.tolerance` of now: 401;
+ *   5. the body is read as raw bytes, counting them as they stream in: 413 past the limit,
+ *      whatever Content-Length claimed; this happens before any HMAC is computed;
+ *   6. the signature over those exact bytes must match one of the endpoint's secrets: 401.
+ * Then it is stored (`store`). A span per delivery (exported with OTEL_EXPORTER_OTLP_ENDPOINT, see
+ * observability/Telemetry.ts).
+ */
 const handle = (intake: Intake) =>
   Effect.fn("WebhookIntake.deliver")(function* (name: string, request: HttpServerRequest.HttpServerRequest) {
     const endpoint = intake.endpoints.get(name)
