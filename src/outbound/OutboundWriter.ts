@@ -15,6 +15,7 @@ import { CrmClient, type CrmClientShape } from "../crm/CrmClient.ts"
 import type { CrmError } from "../crm/CrmError.ts"
 import * as Models from "../crm/Models.ts"
 import { describeIssue } from "../crm/Pagination.ts"
+import { oneLine } from "../observability/Text.ts"
 import { Warehouse } from "../warehouse/Warehouse.ts"
 import * as Outbox from "./Outbox.ts"
 
@@ -75,9 +76,6 @@ const SERVER_ERROR =
   "outbound.retry_server_errors retries such rows automatically, at the risk of a second record"
 const KEY_REUSED =
   "its idempotency key was used before with another body, and that earlier request may have created the record; check the CRM before retrying"
-
-const oneLine = (value: unknown) =>
-  (value instanceof Error ? value.message : String(value)).replace(/\s+/g, " ").slice(0, 300)
 
 /** The writer as `make` assembles it: its identity, settings, and the CRM clients made so far. */
 interface Writer {
@@ -291,9 +289,7 @@ const handle = Effect.fnUntraced(function* (writer: Writer, row: Outbox.OutboxRo
     Effect.catchCause((cause) =>
       Effect.gen(function* () {
         yield* Effect.logError(`outbox ${row.id}: unexpected failure`, cause)
-        yield* settle(writer, row, "needs_review", `unexpected failure: ${oneLine(Cause.squash(cause))}`).pipe(
-          Effect.ignore
-        )
+        yield* settle(writer, row, "needs_review", `unexpected failure: ${oneLine(cause, 300)}`).pipe(Effect.ignore)
       })
     ),
     Effect.ensuring(Fiber.interrupt(heartbeat))

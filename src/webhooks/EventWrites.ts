@@ -9,7 +9,8 @@ import { DateTime, Effect, Predicate, Result, Schema } from "effect"
 import { type CrmEvent, decodeEvent } from "../crm/Events.ts"
 import * as Models from "../crm/Models.ts"
 import type { ClientChange, Resource, Warehouse } from "../warehouse/Warehouse.ts"
-import { nestsDeeperThan, tooDeep } from "./JsonDepth.ts"
+import { parseJsonBody } from "./JsonBody.ts"
+import { tooDeep } from "./JsonDepth.ts"
 import type { ClaimedRow } from "./WebhookInbox.ts"
 
 // ---------------------------------------------------------------------------------------------
@@ -151,19 +152,6 @@ const writesOf = (event: CrmEvent, body: Json): Writes | string => {
   }
 }
 
-const utf8 = new TextDecoder("utf-8", { fatal: true })
-
-const parseBody = (row: ClaimedRow) =>
-  Effect.try({
-    try: () => {
-      const text = utf8.decode(row.body)
-      if (nestsDeeperThan(text)) throw new RangeError(tooDeep)
-      return JSON.parse(text) as unknown
-    },
-    catch: (cause) =>
-      cause instanceof RangeError && cause.message === tooDeep ? tooDeep : "the body is not UTF-8 JSON"
-  })
-
 /**
  * Decodes one claimed row into its writes, or the final status it gets without any: a body that
  * does not decode is `dead` at once (trying again cannot help; `replay` after a fix can); an event
@@ -180,8 +168,10 @@ export const decide = (row: ClaimedRow): Effect.Effect<Decision> =>
       status,
       error
     })
-    const parsed = yield* Effect.result(parseBody(row))
-    if (Result.isFailure(parsed)) return settle("dead", parsed.failure)
+    const parsed = parseJsonBody(row.body)
+    if (Result.isFailure(parsed)) {
+      return settle("dead", parsed.failure._tag === "TooDeep" ? tooDeep : "the body is not UTF-8 JSON")
+    }
     const body = parsed.success
     const decoded = yield* Effect.result(decodeEvent(body, { fixedEventType: row.eventType ?? undefined }))
     // A body that does not decode will not decode next time either: dead, with the reason.

@@ -13,7 +13,8 @@ import { AppConfig, type WebhookEndpoint } from "../config/AppConfig.ts"
 import * as Metrics from "../observability/Metrics.ts"
 import { InboxUnavailable, InboxWriter } from "./InboxWriter.ts"
 import type { InboxRow } from "./WebhookInbox.ts"
-import { nestsDeeperThan, tooDeep } from "./JsonDepth.ts"
+import { parseJsonBody } from "./JsonBody.ts"
+import { tooDeep } from "./JsonDepth.ts"
 import {
   type DeliveryHeaders,
   makeSignatureVerifier,
@@ -41,29 +42,21 @@ interface Endpoint {
   readonly verifier: SignatureVerifier
 }
 
-const utf8 = new TextDecoder("utf-8", { fatal: true })
-
 /** What the inbox needs to know of a body: whether it is JSON, and the event type it names. */
-const inspectBody = (body: Uint8Array) =>
-  Effect.try({
-    try: () => {
-      const text = utf8.decode(body)
-      if (nestsDeeperThan(text)) throw new RangeError(tooDeep)
-      return JSON.parse(text) as unknown
-    },
-    catch: (cause) =>
-      cause instanceof SyntaxError
-        ? `body is not JSON: ${cause.message}`
-        : cause instanceof RangeError && cause.message === tooDeep
-          ? tooDeep
-          : "body is not UTF-8"
-  }).pipe(
-    Effect.map((json) =>
+const inspectBody = (body: Uint8Array): Result.Result<string | null, string> =>
+  parseJsonBody(body).pipe(
+    Result.map((json) =>
       Predicate.isObject(json) && "event_type" in json && Predicate.isString(json.event_type) && json.event_type !== ""
         ? json.event_type
         : null
     ),
-    Effect.result
+    Result.mapError((problem) =>
+      problem._tag === "NotJson"
+        ? `body is not JSON: ${problem.detail}`
+        : problem._tag === "TooDeep"
+          ? tooDeep
+          : "body is not UTF-8"
+    )
   )
 
 const respond = (status: number, body: Record<string, string>) => HttpServerResponse.jsonUnsafe(body, { status })
@@ -157,12 +150,12 @@ const verify = Effect.fnUntraced(function* (
  * The inbox row of a verified delivery. A signed body that is not JSON is stored as `dead` with the
  * reason (and answered 200): a retry would bring the same bytes.
  */
-const inboxRow = Effect.fnUntraced(function* (
+const inboxRow = (
   name: string,
   endpoint: Endpoint,
   delivery: { readonly headers: DeliveryHeaders; readonly body: Uint8Array }
-) {
-  const inspected = yield* inspectBody(delivery.body)
+): InboxRow => {
+  const inspected = inspectBody(delivery.body)
   return {
     hookId: delivery.headers.id,
     endpoint: name,
@@ -171,8 +164,8 @@ const inboxRow = Effect.fnUntraced(function* (
     signedAt: delivery.headers.timestamp * 1000,
     status: Result.isSuccess(inspected) ? "pending" : "dead",
     error: Result.isFailure(inspected) ? inspected.failure : null
-  } satisfies InboxRow
-})
+  }
+}
 
 /**
  * Stores the row through the group-commit InboxWriter and answers once it is committed: 200, also
@@ -220,7 +213,7 @@ const accept = Effect.fnUntraced(function* (
   const startedNanos = yield* Clock.currentTimeNanos
   const delivery = yield* Effect.result(verify(endpoint, request, intake.maxBytes))
   if (Result.isFailure(delivery)) return yield* refuse(name, delivery.failure)
-  return yield* store(intake.writer, name, yield* inboxRow(name, endpoint, delivery.success), startedNanos)
+  return yield* store(intake.writer, name, inboxRow(name, endpoint, delivery.success), startedNanos)
 })
 
 // ---------------------------------------------------------------------------------------------
