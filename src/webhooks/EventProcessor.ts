@@ -344,6 +344,52 @@ export class EventProcessor extends Context.Service<
 // The running processor
 // ---------------------------------------------------------------------------------------------
 
+/** Wakes the work loop; several wake-ups before it runs make one (a sliding queue of one). */
+type Poke = Effect.Effect<boolean>
+
+// LISTEN on a dedicated connection; after it is confirmed, catch up once (rows committed
+// before it would otherwise wait for the next poll).
+const listenLoop = (pg: PgClient.PgClient, poke: Poke) =>
+  Effect.scoped(
+    Effect.gen(function* () {
+      const notifications = yield* pg.listen(INBOX_CHANNEL)
+      yield* poke
+      while (true) {
+        yield* Queue.take(notifications)
+        yield* poke
+      }
+    })
+  ).pipe(Effect.catchCause(onError("LISTEN", "2 seconds")), Effect.forever)
+
+/** A poll tick: a wake-up, and the inbox's backlog gauges. */
+const pollLoop = (processor: EventProcessor["Service"], inbox: WebhookInbox["Service"], poke: Poke) =>
+  Effect.gen(function* () {
+    yield* Effect.sleep(processor.pollInterval)
+    yield* poke
+    const counts = yield* inbox.counts
+    yield* Metrics.set(Metrics.webhookInboxBacklog, counts.backlog)
+    yield* Metrics.set(Metrics.webhookInboxDead, counts.dead)
+  }).pipe(Effect.catchCause(onError("poll", "1 second")), Effect.forever)
+
+const reapLoop = (processor: EventProcessor["Service"], inbox: WebhookInbox["Service"], poke: Poke) =>
+  Effect.gen(function* () {
+    yield* Effect.sleep(Duration.max(Duration.divideUnsafe(processor.leaseTimeout, 2), Duration.seconds(1)))
+    const freed = yield* inbox.reap(processor.leaseTimeout)
+    if (freed > 0) {
+      yield* Effect.logWarning("webhook processor: freed expired leases").pipe(Effect.annotateLogs({ rows: freed }))
+      yield* poke
+    }
+  }).pipe(Effect.catchCause(onError("reaper", "5 seconds")), Effect.forever)
+
+const pruneLoop = (config: AppConfig["Service"], inbox: WebhookInbox["Service"]) => {
+  const retention = Duration.max(config.webhooks.retention, MINIMUM_RETENTION)
+  return Effect.gen(function* () {
+    const deleted = yield* inbox.prune(retention)
+    if (deleted > 0) yield* Effect.logInfo("webhook inbox pruned").pipe(Effect.annotateLogs({ rows: deleted }))
+    yield* Effect.sleep(config.schedules.prune)
+  }).pipe(Effect.catchCause(onError("prune", "1 minute")), Effect.forever)
+}
+
 /**
  * Runs the processor for the life of the layer: work on every notification on the inbox channel
  * (the intake's INSERT notifies on commit) and on every poll tick (a lost notification, retries
@@ -358,55 +404,17 @@ export const EventProcessorLive = Layer.effectDiscard(
     const config = yield* AppConfig
     const wake = yield* Queue.sliding<true>(1)
     const poke = Queue.offer(wake, true)
-
-    // LISTEN on a dedicated connection; after it is confirmed, catch up once (rows committed
-    // before it would otherwise wait for the next poll).
-    const listen = Effect.scoped(
-      Effect.gen(function* () {
-        const notifications = yield* pg.listen(INBOX_CHANNEL)
-        yield* poke
-        while (true) {
-          yield* Queue.take(notifications)
-          yield* poke
-        }
-      })
-    ).pipe(Effect.catchCause(onError("LISTEN", "2 seconds")), Effect.forever)
-
-    const poll = Effect.gen(function* () {
-      yield* Effect.sleep(processor.pollInterval)
-      yield* poke
-      const counts = yield* inbox.counts
-      yield* Metrics.set(Metrics.webhookInboxBacklog, counts.backlog)
-      yield* Metrics.set(Metrics.webhookInboxDead, counts.dead)
-    }).pipe(Effect.catchCause(onError("poll", "1 second")), Effect.forever)
-
     // Each wake-up drains: batches until one comes back short (more may be waiting after a full one).
     const work = Effect.andThen(Queue.take(wake), processor.drain).pipe(
       Effect.catchCause(onError("batch", "1 second")),
       Effect.forever
     )
 
-    const reap = Effect.gen(function* () {
-      yield* Effect.sleep(Duration.max(Duration.divideUnsafe(processor.leaseTimeout, 2), Duration.seconds(1)))
-      const freed = yield* inbox.reap(processor.leaseTimeout)
-      if (freed > 0) {
-        yield* Effect.logWarning("webhook processor: freed expired leases").pipe(Effect.annotateLogs({ rows: freed }))
-        yield* poke
-      }
-    }).pipe(Effect.catchCause(onError("reaper", "5 seconds")), Effect.forever)
-
-    const retention = Duration.max(config.webhooks.retention, MINIMUM_RETENTION)
-    const prune = Effect.gen(function* () {
-      const deleted = yield* inbox.prune(retention)
-      if (deleted > 0) yield* Effect.logInfo("webhook inbox pruned").pipe(Effect.annotateLogs({ rows: deleted }))
-      yield* Effect.sleep(config.schedules.prune)
-    }).pipe(Effect.catchCause(onError("prune", "1 minute")), Effect.forever)
-
-    yield* Effect.forkScoped(listen)
-    yield* Effect.forkScoped(poll)
+    yield* Effect.forkScoped(listenLoop(pg, poke))
+    yield* Effect.forkScoped(pollLoop(processor, inbox, poke))
     yield* Effect.forkScoped(work)
-    yield* Effect.forkScoped(reap)
-    yield* Effect.forkScoped(prune)
+    yield* Effect.forkScoped(reapLoop(processor, inbox, poke))
+    yield* Effect.forkScoped(pruneLoop(config, inbox))
     yield* Effect.logInfo("webhook processor started").pipe(
       Effect.annotateLogs({ worker: processor.workerId, batch_size: processor.batchSize })
     )
