@@ -1,31 +1,11 @@
 /**
  * OutboundWriter: pushes the firm's writes from `crm_sync.outbox` to the CRM, exactly once in
- * effect.
- *
- * Each claimed row is decoded against the body its operation takes (spec §2.2 for contacts, §4
- * for prospects) before anything is sent: a payload that cannot be right is `needs_review` with
- * the reason, and no request is spent on it. A valid one is POSTed at `interactive` priority with
- * the row's own `Idempotency-Key`, fixed for the row's life, so every retry — in this process, or
- * in another after a crash — is the same request to the CRM. Outcomes:
- * - 2xx: `succeeded`, with the record id and response; the record is written to the warehouse
- *   (`source = write`) so the firm sees it before the next poll.
- * - the CRM refuses the request (4xx validation, unknown book): `needs_review` with its reason.
- * - the token cannot write (401/403): `failed`; nothing will change until someone fixes the token.
- * - transient (5xx, transport, 429): `pending` again with exponential backoff, up to
- *   `outbound.max_attempts`, then `failed`.
- * - 409 (a request with the same key is still running at the CRM): `pending` again, same key.
- * A row whose first attempt is older than the CRM's idempotency-key lifetime (1 hour, spec §8) is
- * never re-sent blindly: an earlier attempt may have created the record, and a new request could
- * create it twice, so it goes to `needs_review`. The check runs when the row is claimed and again
- * before every attempt of the call (`sendBy`), since a permit can take long to come.
- *
- * Rows are claimed one at a time under a lease (`outbound.lease_timeout`) that the writer renews
- * while it works, and every outcome is written only by the lease's holder: another replica takes
- * a row over only when its holder died.
- *
- * Idle, the writer waits on LISTEN `crm_sync_outbox` (the table's insert trigger notifies), with a
- * slow poll as a fallback for missed notifications and for rows whose backoff has passed; a lost
- * LISTEN (a database restart) is established again within seconds.
+ * effect. A row is decoded before anything is sent, then POSTed at `interactive` priority with the
+ * row's own `Idempotency-Key`, fixed for the row's life, so every retry — in this process, or in
+ * another after a crash — is the same request to the CRM. Rows are claimed one at a time under a
+ * lease (`outbound.lease_timeout`) that the writer renews while it works, and every outcome is
+ * written only by the lease's holder: another replica takes a row over only when its holder died.
+ * `OutboundWriterLive` runs it in the daemon.
  */
 import { PgClient } from "@effect/sql-pg"
 import { Cause, Clock, Duration, Effect, Fiber, Layer, Option, Queue, Random, Result, Schedule, Schema } from "effect"
@@ -35,6 +15,7 @@ import { CrmClient, type CrmClientShape } from "../crm/CrmClient.ts"
 import type { CrmError } from "../crm/CrmError.ts"
 import * as Models from "../crm/Models.ts"
 import { describeIssue } from "../crm/Pagination.ts"
+import { oneLine } from "../observability/Text.ts"
 import { Warehouse } from "../warehouse/Warehouse.ts"
 import * as Outbox from "./Outbox.ts"
 
@@ -96,171 +77,263 @@ const SERVER_ERROR =
 const KEY_REUSED =
   "its idempotency key was used before with another body, and that earlier request may have created the record; check the CRM before retrying"
 
-const oneLine = (value: unknown) =>
-  (value instanceof Error ? value.message : String(value)).replace(/\s+/g, " ").slice(0, 300)
+/** The writer as `make` assembles it: its identity, settings, and the CRM clients made so far. */
+interface Writer {
+  readonly worker: string
+  readonly config: AppConfig["Service"]
+  readonly warehouse: Warehouse["Service"]
+  readonly leaseSeconds: number
+  /** By connection name, made on first use. */
+  readonly clients: Map<string, CrmClientShape>
+}
 
-const make = Effect.gen(function* () {
-  const config = yield* AppConfig
-  const leaseSeconds = Duration.toSeconds(config.outbound.lease_timeout)
-  const pg = yield* PgClient.PgClient
-  const warehouse = yield* Warehouse
-  const worker = `outbound-${randomUUID().slice(0, 8)}`
-  const maxAttempts = config.outbound.max_attempts
-  /**
-   * An outcome is written however long the database takes to come back (twice the lease, 30 s at least):
-   * lost, the row would be claimed again once its lease ran out and sent again — and after a 5xx
-   * the CRM did not cache, that would create the record twice (found by the chaos suite, seed
-   * 535740: a 503 after the commit, answered while PostgreSQL restarted).
-   */
-  const durably = <A, E, R>(write: Effect.Effect<A, E, R>) =>
-    write.pipe(
-      Effect.retry(
-        Schedule.spaced(RECORD_RETRY).pipe(
-          Schedule.upTo({ times: Math.ceil(Math.max(leaseSeconds * 2_000, 30_000) / Duration.toMillis(RECORD_RETRY)) })
-        )
-      )
-    )
-  const settle = (...args: Parameters<typeof Outbox.settle>) => durably(Outbox.settle(...args))
-  const succeed = (...args: Parameters<typeof Outbox.succeed>) => durably(Outbox.succeed(...args))
-  const reschedule = (...args: Parameters<typeof Outbox.reschedule>) => durably(Outbox.reschedule(...args))
-  const retryServerErrors = config.outbound.retry_server_errors
+// ---------------------------------------------------------------------------------------------
+// Recording the CRM's answer
+// ---------------------------------------------------------------------------------------------
 
-  const clients = new Map<string, CrmClientShape>()
-  const clientFor = Effect.fnUntraced(function* (connection: string | null) {
-    const name = connection ?? config.connections[0]?.name
-    if (name === undefined) return Option.none<CrmClientShape>()
-    const held = clients.get(name)
-    if (held !== undefined) return Option.some(held)
-    const made = yield* CrmClient.make(name).pipe(Effect.option)
-    if (Option.isSome(made)) clients.set(name, made.value)
-    return made
-  })
-
-  const onError = Effect.fnUntraced(function* (row: Outbox.OutboxRow, error: CrmError) {
-    const reason = error.reason
-    if (reason._tag === "KeyExpired") return yield* settle(row, "needs_review", KEY_EXPIRED)
-    if (reason._tag === "Server" && !retryServerErrors) {
-      return yield* settle(row, "needs_review", `${error.message}: ${SERVER_ERROR}`, {
-        response: { status: reason.status, error: reason.code }
-      })
-    }
-    if (error.retryable) {
-      if (row.attempts >= maxAttempts) {
-        return yield* settle(row, "failed", `gave up after ${row.attempts} attempts: ${error.message}`)
-      }
-      return yield* reschedule(row, error.message, yield* backoffMs(row.attempts))
-    }
-    // Nothing was sent before this answer (this call's first attempt, the row's first claim).
-    const firstContact = error.attempts === 1 && row.attempts === 1
-    if (reason._tag === "Unauthorized" || reason._tag === "Forbidden") {
-      return yield* settle(row, "failed", error.message, { createdNothing: firstContact })
-    }
-    const response = {
-      status: "status" in reason ? reason.status : undefined,
-      error: "code" in reason ? reason.code : undefined,
-      detail: "detail" in reason ? reason.detail : undefined
-    }
-    if (reason._tag === "Invalid" && reason.code === "idempotency_key_reused") {
-      // The key went out before with another body (the payload was edited after an attempt).
-      return yield* settle(row, "needs_review", `${error.message}: ${KEY_REUSED}`, { response })
-    }
-    // The CRM refused this very request: with the same key and body, an earlier attempt that had
-    // created the record would have been answered with it instead, so nothing exists under the key.
-    return yield* settle(row, "needs_review", error.message, {
-      response,
-      createdNothing: reason._tag === "Invalid" || reason._tag === "NotFound"
-    })
-  })
-
-  const send = Effect.fnUntraced(function* (row: Outbox.OutboxRow, body: unknown) {
-    const client = yield* clientFor(row.connection)
-    if (Option.isNone(client)) {
-      return yield* settle(row, "failed", `no CRM connection named ${row.connection ?? "(default)"}`, {
-        createdNothing: row.attempts === 1
-      })
-    }
-    const operation = operations[row.operation as Operation]
-    const firstAttempt = row.first_attempt_at?.getTime() ?? (yield* Clock.currentTimeMillis)
-    const sent = yield* (
-      operation.send as (
-        c: CrmClientShape,
-        b: unknown,
-        k: string,
-        sendBy: number,
-        retry5xx: boolean
-      ) => Effect.Effect<{ raw: unknown }, CrmError>
-    )(client.value, body, row.idempotency_key, firstAttempt + KEY_LIFETIME_MS, retryServerErrors).pipe(Effect.result)
-    if (Result.isFailure(sent)) return yield* onError(row, sent.failure)
-    const raw = sent.success.raw
-    // The warehouse copy is a courtesy (the next poll or event brings it too): its failure must
-    // not turn a created record into a retried one.
-    yield* warehouse
-      .upsert(operation.resource, [raw], { source: "write" })
-      .pipe(
-        Effect.catch((error) => Effect.logWarning("outbox: created record not written to the warehouse", error.message))
-      )
-    yield* succeed(row, { recordId: recordIdOf(raw), response: raw })
-    yield* Effect.logInfo(`outbox ${row.id}: ${row.operation} created ${recordIdOf(raw) ?? "(no id)"}`)
-  })
-
-  const process = Effect.fnUntraced(function* (row: Outbox.OutboxRow) {
-    const body = decodePayload(row.operation, row.payload)
-    if (Result.isFailure(body)) {
-      return yield* settle(row, "needs_review", body.failure, { createdNothing: row.attempts === 1 })
-    }
-    if (row.first_attempt_at !== null) {
-      const age = (yield* Clock.currentTimeMillis) - row.first_attempt_at.getTime()
-      if (age > KEY_LIFETIME_MS) return yield* settle(row, "needs_review", KEY_EXPIRED)
-    }
-    return yield* send(row, body.success)
-  })
-
-  /**
-   * One row, its lease renewed while it is worked on (a permit can take long to come), so no other
-   * writer claims it meanwhile. Whatever goes wrong ends the row with its reason; none stays in flight.
-   */
-  const handle = Effect.fnUntraced(function* (row: Outbox.OutboxRow) {
-    const heartbeat = yield* Outbox.renew(row).pipe(
-      Effect.ignore,
-      Effect.repeat(Schedule.spaced(Duration.millis((leaseSeconds * 1000) / 3))),
-      Effect.delay(Duration.millis((leaseSeconds * 1000) / 3)),
-      // `handle` runs uninterruptibly; the heartbeat must stay interruptible to be stopped.
-      Effect.interruptible,
-      Effect.forkChild
-    )
-    yield* process(row).pipe(
-      Effect.catchCause((cause) =>
-        Effect.gen(function* () {
-          yield* Effect.logError(`outbox ${row.id}: unexpected failure`, cause)
-          yield* settle(row, "needs_review", `unexpected failure: ${oneLine(Cause.squash(cause))}`).pipe(Effect.ignore)
+/**
+ * An outcome is written however long the database takes to come back (twice the lease, 30 s at least):
+ * lost, the row would be claimed again once its lease ran out and sent again — and after a 5xx
+ * the CRM did not cache, that would create the record twice (found by the chaos suite, seed
+ * 535740: a 503 after the commit, answered while PostgreSQL restarted).
+ */
+const durably = <A, E, R>(writer: Writer, write: Effect.Effect<A, E, R>) =>
+  write.pipe(
+    Effect.retry(
+      Schedule.spaced(RECORD_RETRY).pipe(
+        Schedule.upTo({
+          times: Math.ceil(Math.max(writer.leaseSeconds * 2_000, 30_000) / Duration.toMillis(RECORD_RETRY))
         })
-      ),
-      Effect.ensuring(Fiber.interrupt(heartbeat))
+      )
     )
-  })
+  )
 
-  /** Claims and sends until nothing is due; returns how many rows were handled. */
-  const drain = Effect.gen(function* () {
+const settle = (writer: Writer, ...args: Parameters<typeof Outbox.settle>) => durably(writer, Outbox.settle(...args))
+
+type SettleOptions = Parameters<typeof Outbox.settle>[3]
+
+/** What a failed call makes of its row: a final status with its reason, or another try later. */
+export type FailureOutcome =
+  | {
+      readonly _tag: "Settle"
+      readonly status: "failed" | "needs_review"
+      readonly error: string
+      readonly options?: SettleOptions
+    }
+  | { readonly _tag: "Reschedule"; readonly error: string }
+
+const settled = (status: "failed" | "needs_review", error: string, options?: SettleOptions): FailureOutcome => ({
+  _tag: "Settle",
+  status,
+  error,
+  options
+})
+
+/**
+ * The outcome of a call the CRM failed, by the error's reason:
+ * - the CRM refuses the request (4xx validation, unknown book): `needs_review` with its reason;
+ * - the token cannot write (401/403): `failed`; nothing will change until someone fixes the token;
+ * - transient (5xx when `outbound.retry_server_errors`, transport, 429): `pending` again with
+ *   exponential backoff, up to `outbound.max_attempts`, then `failed`;
+ * - 5xx otherwise: `needs_review`, since the CRM may have created the record (spec §4 rule 6);
+ * - 409 (a request with the same key is still running at the CRM): `pending` again, same key;
+ * - the key outlived the CRM's memory of it before a permit came: `needs_review` (see `processRow`).
+ */
+export const failureOutcome = (
+  row: Pick<Outbox.OutboxRow, "attempts">,
+  error: CrmError,
+  policy: { readonly retryServerErrors: boolean; readonly maxAttempts: number }
+): FailureOutcome => {
+  const reason = error.reason
+  if (reason._tag === "KeyExpired") return settled("needs_review", KEY_EXPIRED)
+  if (reason._tag === "Server" && !policy.retryServerErrors) {
+    return settled("needs_review", `${error.message}: ${SERVER_ERROR}`, {
+      response: { status: reason.status, error: reason.code }
+    })
+  }
+  if (error.retryable) {
+    if (row.attempts >= policy.maxAttempts) {
+      return settled("failed", `gave up after ${row.attempts} attempts: ${error.message}`)
+    }
+    return { _tag: "Reschedule", error: error.message }
+  }
+  // Nothing was sent before this answer (this call's first attempt, the row's first claim).
+  const firstContact = error.attempts === 1 && row.attempts === 1
+  if (reason._tag === "Unauthorized" || reason._tag === "Forbidden") {
+    return settled("failed", error.message, { createdNothing: firstContact })
+  }
+  const response = {
+    status: "status" in reason ? reason.status : undefined,
+    error: "code" in reason ? reason.code : undefined,
+    detail: "detail" in reason ? reason.detail : undefined
+  }
+  if (reason._tag === "Invalid" && reason.code === "idempotency_key_reused") {
+    // The key went out before with another body (the payload was edited after an attempt).
+    return settled("needs_review", `${error.message}: ${KEY_REUSED}`, { response })
+  }
+  // The CRM refused this very request: with the same key and body, an earlier attempt that had
+  // created the record would have been answered with it instead, so nothing exists under the key.
+  return settled("needs_review", error.message, {
+    response,
+    createdNothing: reason._tag === "Invalid" || reason._tag === "NotFound"
+  })
+}
+
+const recordFailure = Effect.fnUntraced(function* (writer: Writer, row: Outbox.OutboxRow, error: CrmError) {
+  const outcome = failureOutcome(row, error, {
+    retryServerErrors: writer.config.outbound.retry_server_errors,
+    maxAttempts: writer.config.outbound.max_attempts
+  })
+  if (outcome._tag === "Settle") return yield* settle(writer, row, outcome.status, outcome.error, outcome.options)
+  return yield* durably(writer, Outbox.reschedule(row, outcome.error, yield* backoffMs(row.attempts)))
+})
+
+/**
+ * 2xx: `succeeded`, with the record id and response; the record is written to the warehouse
+ * (`source = write`) so the firm sees it before the next poll.
+ */
+const recordCreated = Effect.fnUntraced(function* (writer: Writer, row: Outbox.OutboxRow, raw: unknown) {
+  const operation = operations[row.operation as Operation]
+  // The warehouse copy is a courtesy (the next poll or event brings it too): its failure must
+  // not turn a created record into a retried one.
+  yield* writer.warehouse
+    .upsert(operation.resource, [raw], { source: "write" })
+    .pipe(
+      Effect.catch((error) => Effect.logWarning("outbox: created record not written to the warehouse", error.message))
+    )
+  yield* durably(writer, Outbox.succeed(row, { recordId: recordIdOf(raw), response: raw }))
+  yield* Effect.logInfo(`outbox ${row.id}: ${row.operation} created ${recordIdOf(raw) ?? "(no id)"}`)
+})
+
+// ---------------------------------------------------------------------------------------------
+// Sending
+// ---------------------------------------------------------------------------------------------
+
+const clientFor = Effect.fnUntraced(function* (writer: Writer, connection: string | null) {
+  const name = connection ?? writer.config.connections[0]?.name
+  if (name === undefined) return Option.none<CrmClientShape>()
+  const held = writer.clients.get(name)
+  if (held !== undefined) return Option.some(held)
+  const made = yield* CrmClient.make(name).pipe(Effect.option)
+  if (Option.isSome(made)) writer.clients.set(name, made.value)
+  return made
+})
+
+const send = Effect.fnUntraced(function* (writer: Writer, row: Outbox.OutboxRow, body: unknown) {
+  const client = yield* clientFor(writer, row.connection)
+  if (Option.isNone(client)) {
+    return yield* settle(writer, row, "failed", `no CRM connection named ${row.connection ?? "(default)"}`, {
+      createdNothing: row.attempts === 1
+    })
+  }
+  const operation = operations[row.operation as Operation]
+  const firstAttempt = row.first_attempt_at?.getTime() ?? (yield* Clock.currentTimeMillis)
+  const sent = yield* (
+    operation.send as (
+      c: CrmClientShape,
+      b: unknown,
+      k: string,
+      sendBy: number,
+      retry5xx: boolean
+    ) => Effect.Effect<{ raw: unknown }, CrmError>
+  )(
+    client.value,
+    body,
+    row.idempotency_key,
+    firstAttempt + KEY_LIFETIME_MS,
+    writer.config.outbound.retry_server_errors
+  ).pipe(Effect.result)
+  if (Result.isFailure(sent)) return yield* recordFailure(writer, row, sent.failure)
+  return yield* recordCreated(writer, row, sent.success.raw)
+})
+
+/**
+ * Decodes the row against the body its operation takes (spec §2.2 for contacts, §4 for prospects):
+ * a payload that cannot be right is `needs_review` with the reason, and no request is spent on it.
+ * A row whose first attempt is older than the CRM's idempotency-key lifetime (1 hour, spec §8) is
+ * never re-sent blindly: an earlier attempt may have created the record, and a new request could
+ * create it twice, so it goes to `needs_review`. The check runs here, when the row is claimed, and
+ * again before every attempt of the call (`sendBy`), since a permit can take long to come.
+ */
+const processRow = Effect.fnUntraced(function* (writer: Writer, row: Outbox.OutboxRow) {
+  const body = decodePayload(row.operation, row.payload)
+  if (Result.isFailure(body)) {
+    return yield* settle(writer, row, "needs_review", body.failure, { createdNothing: row.attempts === 1 })
+  }
+  if (row.first_attempt_at !== null) {
+    const age = (yield* Clock.currentTimeMillis) - row.first_attempt_at.getTime()
+    if (age > KEY_LIFETIME_MS) return yield* settle(writer, row, "needs_review", KEY_EXPIRED)
+  }
+  return yield* send(writer, row, body.success)
+})
+
+// ---------------------------------------------------------------------------------------------
+// Claiming
+// ---------------------------------------------------------------------------------------------
+
+/**
+ * One row, its lease renewed while it is worked on (a permit can take long to come), so no other
+ * writer claims it meanwhile. Whatever goes wrong ends the row with its reason; none stays in flight.
+ */
+const handle = Effect.fnUntraced(function* (writer: Writer, row: Outbox.OutboxRow) {
+  const renewEvery = Duration.millis((writer.leaseSeconds * 1000) / 3)
+  const heartbeat = yield* Outbox.renew(row).pipe(
+    Effect.ignore,
+    Effect.repeat(Schedule.spaced(renewEvery)),
+    Effect.delay(renewEvery),
+    // `handle` runs uninterruptibly; the heartbeat must stay interruptible to be stopped.
+    Effect.interruptible,
+    Effect.forkChild
+  )
+  yield* processRow(writer, row).pipe(
+    Effect.catchCause((cause) =>
+      Effect.gen(function* () {
+        yield* Effect.logError(`outbox ${row.id}: unexpected failure`, cause)
+        yield* settle(writer, row, "needs_review", `unexpected failure: ${oneLine(cause, 300)}`).pipe(Effect.ignore)
+      })
+    ),
+    Effect.ensuring(Fiber.interrupt(heartbeat))
+  )
+})
+
+/** Claims and sends until nothing is due; returns how many rows were handled. */
+const drain = (writer: Writer) =>
+  Effect.gen(function* () {
     let handled = 0
     while (true) {
       // One row per claim: a row waits for its permit under its own renewed lease, never behind
       // others in a batch whose leases run out meanwhile. In order: the firm's writes may depend
       // on each other, and each row's outcome is committed before the next is claimed.
-      const rows = yield* Outbox.claim({ worker, limit: 1, leaseSeconds })
+      const rows = yield* Outbox.claim({ worker: writer.worker, limit: 1, leaseSeconds: writer.leaseSeconds })
       if (rows.length === 0) return handled
       for (const row of rows) {
-        yield* handle(row).pipe(Effect.uninterruptible)
+        yield* handle(writer, row).pipe(Effect.uninterruptible)
         handled++
       }
     }
   })
 
-  return { worker, drain, pg }
+const make = Effect.gen(function* () {
+  const config = yield* AppConfig
+  const pg = yield* PgClient.PgClient
+  const writer: Writer = {
+    worker: `outbound-${randomUUID().slice(0, 8)}`,
+    config,
+    warehouse: yield* Warehouse,
+    leaseSeconds: Duration.toSeconds(config.outbound.lease_timeout),
+    clients: new Map()
+  }
+  return { worker: writer.worker, drain: drain(writer), pg }
 })
 
 export const OutboundWriter = { make }
 
-/** The writer as a background job of the daemon: drains on every notification and every few seconds. */
+/**
+ * The writer as a background job of the daemon: drains on every notification and every few
+ * seconds. Idle, it waits on LISTEN `crm_sync_outbox` (the table's insert trigger notifies), with a
+ * slow poll as a fallback for missed notifications and for rows whose backoff has passed; a lost
+ * LISTEN (a database restart) is established again within seconds.
+ */
 export const OutboundWriterLive = Layer.effectDiscard(
   Effect.gen(function* () {
     const writer = yield* make

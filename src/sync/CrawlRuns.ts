@@ -1,25 +1,11 @@
 /**
  * CrawlRuns: the bookkeeping of full-page crawls — `crm_sync.crawl_runs` (one row per crawl: the
  * pages stored so far, the totals the CRM reported, what became of the records),
- * `crm_sync.crawl_sightings` (the ids each stored batch received, one row per batch) and
- * `crm_sync.crawl_misses` (tracked records that clean crawls missed, and how many in a row).
- * PageCrawler and ReferenceSync drive it; every write here runs inside the transaction of the batch
- * (or the final step) it describes, so the bookkeeping can never disagree with the warehouse.
- *
- * Deletion by absence (spec §1: the v1 API has no DELETE and lists deleted records nowhere, so a
- * record that disappears from the listing is the only sign): the records a connection's crawls
- * track are those the last clean crawl saw (its sightings), those crawls since have seen, and those
- * still counting misses. A clean crawl — every page read without error — adds one miss to each
- * tracked record it did not see and clears the misses of those it saw; a record missed by two clean
- * crawls in a row is marked deleted. A sighting by a crawl that did not finish starts the count
- * over, so a record shifted across a page boundary by drift in one crawl is simply seen by the
- * next. A crawl that fails or is cut short counts no misses and deletes nothing, and neither does a
- * resumed crawl finishing after a newer crawl of the same records began (its early pages are older
- * than that crawl's). When more than the configured share of the tracked records would go at once,
- * nothing is deleted and the run says so in `note`.
- *
- * Why sightings by the batch: a row per record per crawl cost a fifth of a crawl's database time;
- * one array per batch costs next to nothing, and the set arithmetic runs once, at a clean finish.
+ * `crm_sync.crawl_sightings` (the ids each stored batch received) and `crm_sync.crawl_misses`
+ * (tracked records that clean crawls missed, and how many in a row). PageCrawler and ReferenceSync
+ * drive it; every write here runs inside the transaction of the batch (or the final step) it
+ * describes, so the bookkeeping can never disagree with the warehouse. A record missed by two clean
+ * crawls in a row is marked deleted (`finishClean`).
  */
 import { Context, DateTime, Effect, Layer, Schema } from "effect"
 import { percent } from "../observability/Text.ts"
@@ -148,6 +134,336 @@ const failed = (operation: string) => (cause: SqlError | Schema.SchemaError) =>
  */
 export const shortReadSlack = (total: number) => Math.max(1, Math.floor(total * 0.01))
 
+/** How `finishClean` deletes, and when it refuses to. */
+export interface FinishOptions {
+  readonly threshold: number
+  /** Deletions of at most this many records are never refused (small sets: a firm's books). */
+  readonly allowAtOnce?: number
+  readonly deleteRecords: (ids: ReadonlyArray<string>) => Effect.Effect<number, WarehouseError>
+}
+
+const runColumns = (sql: SqlClient) =>
+  sql.literal(`id::float8 AS id, last_page, total_pages, total_count,
+    (extract(epoch FROM started_at) * 1000)::float8 AS started_ms, seen, requests`)
+
+const open = (sql: SqlClient) =>
+  Effect.fn("CrawlRuns.open")(
+    function* (connection: string, resource: Resource, source: Source) {
+      const lease = yield* CurrentLease
+      // A scheduled crawl and a backfill read the same pages: either resumes the other's run.
+      const sources = source === "crawl" || source === "backfill" ? ["crawl", "backfill"] : [source]
+      return yield* sql.withTransaction(
+        Effect.gen(function* () {
+          const unfinished = yield* sql`
+            UPDATE crm_sync.crawl_runs SET status = 'running', error = NULL, finished_at = NULL, lease = ${lease}
+            WHERE id = (
+              SELECT id FROM crm_sync.crawl_runs
+              WHERE connection = ${connection} AND resource = ${resource} AND source = ANY(${sources}::text[])
+              ORDER BY id DESC LIMIT 1
+            ) AND status IN ('running', 'failed', 'interrupted')
+            RETURNING ${runColumns(sql)}`.pipe(Effect.flatMap(decodeRunRows))
+          if (unfinished[0] !== undefined) return toRun(unfinished[0], connection, resource, source, true)
+          const created = yield* sql`
+            INSERT INTO crm_sync.crawl_runs (connection, resource, source, lease)
+            VALUES (${connection}, ${resource}, ${source}, ${lease})
+            RETURNING ${runColumns(sql)}`.pipe(Effect.flatMap(decodeRunRows))
+          return toRun(created[0]!, connection, resource, source, false)
+        })
+      )
+    },
+    Effect.mapError(failed("CrawlRuns.open"))
+  )
+
+/**
+ * Sightings by the batch: a row per record per crawl cost a fifth of a crawl's database time; one
+ * array per batch costs next to nothing, and the set arithmetic runs once, at a clean finish.
+ */
+const recordBatch = (sql: SqlClient, warehouse: Warehouse["Service"]) =>
+  Effect.fn("CrawlRuns.recordBatch")(function* (run: CrawlRun, batch: PageBatch) {
+    // The warehouse undeletes (its `(id) WHERE deleted_at IS NOT NULL` index makes that a
+    // probe of a few rows at most); the sighting and the counters are one statement.
+    const undeleted = yield* warehouse.undelete(run.resource, batch.ids, { source: run.source })
+    yield* sql`
+      WITH sighted AS (
+        INSERT INTO crm_sync.crawl_sightings (run_id, ids) VALUES (${run.id}, ${batch.ids}::text[])
+      ),
+      counted AS (
+        UPDATE crm_sync.crawl_runs SET
+          last_page = GREATEST(last_page, ${batch.lastPage}),
+          total_pages = ${batch.totalPages},
+          total_count = ${batch.totalCount},
+          seen = seen + ${batch.unique},
+          duplicates = duplicates + ${batch.ids.length - batch.unique},
+          inserted = inserted + ${batch.counts.inserted},
+          updated = updated + ${batch.counts.updated},
+          unchanged = unchanged + ${batch.counts.unchanged + batch.counts.skipped},
+          undeleted = undeleted + ${undeleted},
+          requests = requests + ${batch.requests},
+          rechecks = rechecks + ${batch.rechecks},
+          progressed_at = now()
+        -- set_config here saves the transaction a statement of its own (see CrawlRuns.recordBatch).
+        WHERE id = ${run.id} AND set_config('synchronous_commit', 'off', true) = 'off'
+        RETURNING id
+      )
+      SELECT count(*) FROM counted`.pipe(Effect.mapError(failed("CrawlRuns.recordBatch")))
+    return { undeleted } satisfies BatchResult
+  })
+
+// ---------------------------------------------------------------------------------------------
+// A clean finish: absences counted, deletions settled
+// ---------------------------------------------------------------------------------------------
+
+/** What a clean crawl's deletion candidates come to: delete them, or refuse, and the notes to keep. */
+export interface DeletionPlan {
+  readonly refuse: boolean
+  readonly notes: ReadonlyArray<string>
+}
+
+/**
+ * Whether the `ids` two clean crawls missed may go, of `tracked` records, `absent` of them missed
+ * by this crawl: more than `threshold` of them at once is refused (beyond `allowAtOnce`), and a
+ * large absence that deletes nothing yet is noted as a warning.
+ */
+export const planDeletion = (
+  ids: ReadonlyArray<string>,
+  tracked: number,
+  absent: number,
+  options: { readonly threshold: number; readonly allowAtOnce?: number }
+): DeletionPlan => {
+  const share = tracked === 0 ? 0 : ids.length / tracked
+  const refuse = ids.length > (options.allowAtOnce ?? 0) && share > options.threshold
+  const notes: Array<string> = []
+  if (refuse) {
+    notes.push(
+      `deletion refused: ${ids.length} of ${tracked} records (${percent(share)}) missing from two clean crawls, ` +
+        `more than the threshold of ${percent(options.threshold)}; nothing deleted`
+    )
+  }
+  if (absent > 0 && tracked > 0 && absent / tracked > options.threshold && !refuse) {
+    notes.push(
+      `${absent} of ${tracked} tracked records (${percent(absent / tracked)}) were absent from this crawl; ` +
+        `they are deleted only if the next clean crawl misses them too, and then only within the threshold`
+    )
+  }
+  return { refuse, notes }
+}
+
+const finishFailed = Effect.mapError(failed("CrawlRuns.finishClean"))
+
+/** The crawls of the same connection and resource as `run`. */
+const sameListing = (sql: SqlClient, run: CrawlRun) =>
+  sql`connection = ${run.connection} AND resource = ${run.resource}`
+
+const notCounted = (note: string): FinishResult => ({ absent: 0, deleted: 0, refused: 0, note })
+
+/**
+ * Closes `run` complete without counting absences when they prove nothing: a newer crawl of the same
+ * records began, or its pages held fewer records than its own total_count said. Null when they count.
+ */
+const closeIfUnproven = Effect.fnUntraced(function* (sql: SqlClient, run: CrawlRun) {
+  const [state] = yield* sql<{ newer: boolean }>`
+    SELECT EXISTS (SELECT 1 FROM crm_sync.crawl_runs WHERE ${sameListing(sql, run)} AND id > ${run.id}) AS newer`.pipe(
+    finishFailed
+  )
+  if (state!.newer) {
+    // A newer crawl of these records began while this one was unfinished: this one's early
+    // pages are older than that crawl's view, so its absences prove nothing. (That crawl's
+    // finish may also have dropped this one's early sightings: the counts stay as stored.)
+    const note = "a newer crawl of this resource began while this one was unfinished: no absences counted"
+    yield* sql`
+      UPDATE crm_sync.crawl_runs SET status = 'complete', finished_at = now(), progressed_at = now(),
+        absent = 0, deleted = 0, note = ${note}
+      WHERE id = ${run.id}`.pipe(finishFailed)
+    return notCounted(note)
+  }
+
+  // A listing whose pages held fewer records than its own total_count says (an empty page
+  // where the envelope promised more, a page cut short) contradicts itself: what it did not
+  // show proves nothing. One percent of slack for records drift hid from this one crawl.
+  const [told] = yield* sql<{ seen: number; total: number | null }>`
+    SELECT (SELECT count(*)::int FROM (
+              SELECT DISTINCT unnest(ids) FROM crm_sync.crawl_sightings WHERE run_id = ${run.id}) AS s) AS seen,
+           total_count AS total
+    FROM crm_sync.crawl_runs WHERE id = ${run.id}`.pipe(finishFailed)
+  if (told !== undefined && told.total !== null && told.seen + shortReadSlack(told.total) < told.total) {
+    const note = `the listing's total_count said ${told.total} records but its pages held ${told.seen}: no absences counted`
+    yield* sql`
+      UPDATE crm_sync.crawl_runs SET status = 'complete', finished_at = now(), progressed_at = now(),
+        seen = ${told.seen}, absent = 0, deleted = 0, note = ${note}
+      WHERE id = ${run.id}`.pipe(finishFailed)
+    return notCounted(note)
+  }
+  return null
+})
+
+/**
+ * The misses, in one statement: tracked before this crawl (sightings of earlier runs, and the
+ * records still counting misses), less what this crawl saw, is what it missed. A sighting by an
+ * earlier crawl that did not finish started the count over. Returns this crawl's distinct and
+ * received records, its absences, and the ids missed `MISSES_TO_DELETE` times.
+ */
+const countMisses = Effect.fnUntraced(function* (sql: SqlClient, run: CrawlRun) {
+  const scope = sameListing(sql, run)
+  const [missed] = yield* sql<{
+    seen: number
+    received: number
+    absent: number
+    candidates: ReadonlyArray<string> | null
+  }>`
+    WITH earlier AS (
+      SELECT id, status FROM crm_sync.crawl_runs WHERE ${scope} AND id < ${run.id}
+    ),
+    seen AS (
+      SELECT DISTINCT unnest(ids) AS id FROM crm_sync.crawl_sightings WHERE run_id = ${run.id}
+    ),
+    before AS (
+      SELECT id, misses FROM crm_sync.crawl_misses WHERE ${scope}
+    ),
+    tracked AS (
+      SELECT unnest(s.ids) AS id FROM crm_sync.crawl_sightings s JOIN earlier e ON e.id = s.run_id
+      UNION
+      SELECT id FROM before
+    ),
+    restarted AS (
+      SELECT DISTINCT unnest(s.ids) AS id
+      FROM crm_sync.crawl_sightings s JOIN earlier e ON e.id = s.run_id
+      WHERE e.status <> 'complete'
+    ),
+    -- Joins, which PostgreSQL hashes: an EXISTS on restarted ran as a subplan per absent row
+    -- (116 s instead of 1.8 s for a million tracked records, 300,000 of them restarted).
+    absent AS (
+      SELECT t.id, CASE WHEN r.id IS NOT NULL THEN 1 ELSE COALESCE(b.misses, 0) + 1 END AS misses
+      FROM tracked t
+      LEFT JOIN before b ON b.id = t.id
+      LEFT JOIN restarted r ON r.id = t.id
+      WHERE NOT EXISTS (SELECT 1 FROM seen WHERE seen.id = t.id)
+    ),
+    counted AS (
+      INSERT INTO crm_sync.crawl_misses AS m (connection, resource, id, misses)
+      SELECT ${run.connection}, ${run.resource}, id, misses FROM absent
+      ON CONFLICT (connection, resource, id) DO UPDATE SET misses = excluded.misses
+    ),
+    cleared AS (
+      DELETE FROM crm_sync.crawl_misses m
+      WHERE ${scope} AND NOT EXISTS (SELECT 1 FROM absent a WHERE a.id = m.id)
+    )
+    SELECT (SELECT count(*)::int FROM seen) AS seen,
+      (SELECT COALESCE(sum(cardinality(ids)), 0)::int FROM crm_sync.crawl_sightings WHERE run_id = ${run.id}) AS received,
+      count(*)::int AS absent,
+      array_agg(id ORDER BY id) FILTER (WHERE misses >= ${MISSES_TO_DELETE}) AS candidates
+    FROM absent`.pipe(finishFailed)
+  return {
+    seen: missed?.seen ?? 0,
+    received: missed?.received ?? 0,
+    absent: missed?.absent ?? 0,
+    candidates: missed?.candidates ?? []
+  }
+})
+
+/**
+ * The candidates still tracked by another connection's crawls (two connections to one company see
+ * the same records): seen by them, or missed by them fewer than twice. Those are not deleted.
+ */
+const trackedElsewhere = Effect.fnUntraced(function* (
+  sql: SqlClient,
+  run: CrawlRun,
+  candidates: ReadonlyArray<string>
+) {
+  if (candidates.length === 0) return new Set<string>()
+  const rows = yield* sql<{ id: string }>`
+    SELECT c.id FROM unnest(${candidates}::text[]) AS c(id)
+    WHERE c.id IN (
+      SELECT unnest(s.ids) FROM crm_sync.crawl_sightings s
+      JOIN crm_sync.crawl_runs r ON r.id = s.run_id
+      WHERE r.resource = ${run.resource} AND r.connection <> ${run.connection}
+      UNION ALL
+      SELECT o.id FROM crm_sync.crawl_misses o
+      WHERE o.resource = ${run.resource} AND o.connection <> ${run.connection} AND o.misses < ${MISSES_TO_DELETE}
+    )`.pipe(finishFailed)
+  return new Set(rows.map((row) => row.id))
+})
+
+/**
+ * Deletion by absence (spec §1: the v1 API has no DELETE and lists deleted records nowhere, so a
+ * record that disappears from the listing is the only sign): the records a connection's crawls
+ * track are those the last clean crawl saw (its sightings), those crawls since have seen, and those
+ * still counting misses. A clean crawl — every page read without error — adds one miss to each
+ * tracked record it did not see and clears the misses of those it saw; a record missed by two clean
+ * crawls in a row is marked deleted. A sighting by a crawl that did not finish starts the count
+ * over, so a record shifted across a page boundary by drift in one crawl is simply seen by the
+ * next. A crawl that fails or is cut short counts no misses and deletes nothing (it never gets
+ * here), and neither does a resumed crawl finishing after a newer crawl of the same records began
+ * (its early pages are older than that crawl's). When more than the configured share of the
+ * tracked records would go at once, nothing is deleted and the run says so in `note`.
+ */
+const finishClean = (sql: SqlClient) =>
+  Effect.fn("CrawlRuns.finishClean")(function* (run: CrawlRun, options: FinishOptions) {
+    const unproven = yield* closeIfUnproven(sql, run)
+    if (unproven !== null) return unproven
+    const scope = sameListing(sql, run)
+    const { seen, received, absent, candidates } = yield* countMisses(sql, run)
+    const tracked = seen + absent
+    const keep = yield* trackedElsewhere(sql, run, candidates)
+    const ids = keep.size === 0 ? candidates : candidates.filter((id) => !keep.has(id))
+    const plan = planDeletion(ids, tracked, absent, options)
+    let deleted = 0
+    if (!plan.refuse && ids.length > 0) {
+      deleted = yield* options.deleteRecords(ids)
+      // Deleted records are no longer tracked: a later sighting undeletes (recordBatch).
+      yield* sql`DELETE FROM crm_sync.crawl_misses WHERE ${scope} AND id = ANY(${ids}::text[])`.pipe(finishFailed)
+    }
+    // This crawl's sightings are now what the next clean finish compares with.
+    yield* sql`
+      DELETE FROM crm_sync.crawl_sightings
+      WHERE run_id IN (SELECT id FROM crm_sync.crawl_runs WHERE ${scope} AND id < ${run.id})`.pipe(finishFailed)
+    const note = plan.notes.length === 0 ? null : plan.notes.join("; ")
+    // Exact totals: a record seen in two batches (the listing shifted under the crawl, or a
+    // restart in between) counted twice as the batches were stored.
+    yield* sql`
+      UPDATE crm_sync.crawl_runs SET status = 'complete', finished_at = now(), progressed_at = now(),
+        seen = ${seen}, duplicates = ${received - seen},
+        absent = ${absent}, deleted = ${deleted}, note = ${note}
+      WHERE id = ${run.id}`.pipe(finishFailed)
+    return { absent, deleted, refused: plan.refuse ? ids.length : 0, note } satisfies FinishResult
+  })
+
+// ---------------------------------------------------------------------------------------------
+// Failures, orphans and reads
+// ---------------------------------------------------------------------------------------------
+
+const fail = (sql: SqlClient) =>
+  Effect.fn("CrawlRuns.fail")(
+    function* (run: CrawlRun, error: string) {
+      yield* sql`
+        UPDATE crm_sync.crawl_runs SET status = 'failed', finished_at = now(), error = ${error}
+        WHERE id = ${run.id}`
+    },
+    Effect.mapError(failed("CrawlRuns.fail"))
+  )
+
+const closeOrphans = (sql: SqlClient) => (lease: string, error: string) =>
+  sql`
+    UPDATE crm_sync.crawl_runs SET status = 'interrupted', finished_at = now(), error = ${error}
+    WHERE status = 'running' AND lease = ${lease}`.pipe(
+    Effect.asVoid,
+    Effect.mapError(failed("CrawlRuns.closeOrphans"))
+  )
+
+const totals = (sql: SqlClient) => (run: CrawlRun) =>
+  sql`SELECT seen, inserted, updated, unchanged, duplicates, rechecks, undeleted, requests, last_page, total_count
+      FROM crm_sync.crawl_runs WHERE id = ${run.id}`.pipe(
+    Effect.flatMap(Schema.decodeUnknownEffect(Schema.Array(RunTotals))),
+    Effect.map((rows) => rows[0]!),
+    Effect.mapError(failed("CrawlRuns.totals"))
+  )
+
+const forgetMisses = (sql: SqlClient) => (connection: string, resource: Resource, ids: ReadonlyArray<string>) =>
+  sql`DELETE FROM crm_sync.crawl_misses
+      WHERE connection = ${connection} AND resource = ${resource} AND id = ANY(${ids}::text[])`.pipe(
+    Effect.asVoid,
+    Effect.mapError(failed("CrawlRuns.forgetMisses"))
+  )
+
 export class CrawlRuns extends Context.Service<
   CrawlRuns,
   {
@@ -180,12 +496,7 @@ export class CrawlRuns extends Context.Service<
      */
     readonly finishClean: (
       run: CrawlRun,
-      options: {
-        readonly threshold: number
-        /** Deletions of at most this many records are never refused (small sets: a firm's books). */
-        readonly allowAtOnce?: number
-        readonly deleteRecords: (ids: ReadonlyArray<string>) => Effect.Effect<number, WarehouseError>
-      }
+      options: FinishOptions
     ) => Effect.Effect<FinishResult, CrawlRunsError | WarehouseError>
     /**
      * Marks `interrupted` the crawl runs still `running` under `lease` (they stay resumable). Call
@@ -212,252 +523,15 @@ export class CrawlRuns extends Context.Service<
     Effect.gen(function* () {
       const sql = yield* SqlClient
       const warehouse = yield* Warehouse
-
-      const RUN_COLUMNS = sql.literal(`id::float8 AS id, last_page, total_pages, total_count,
-        (extract(epoch FROM started_at) * 1000)::float8 AS started_ms, seen, requests`)
-
-      const open = Effect.fn("CrawlRuns.open")(
-        function* (connection: string, resource: Resource, source: Source) {
-          const lease = yield* CurrentLease
-          // A scheduled crawl and a backfill read the same pages: either resumes the other's run.
-          const sources = source === "crawl" || source === "backfill" ? ["crawl", "backfill"] : [source]
-          return yield* sql.withTransaction(
-            Effect.gen(function* () {
-              const unfinished = yield* sql`
-                UPDATE crm_sync.crawl_runs SET status = 'running', error = NULL, finished_at = NULL, lease = ${lease}
-                WHERE id = (
-                  SELECT id FROM crm_sync.crawl_runs
-                  WHERE connection = ${connection} AND resource = ${resource} AND source = ANY(${sources}::text[])
-                  ORDER BY id DESC LIMIT 1
-                ) AND status IN ('running', 'failed', 'interrupted')
-                RETURNING ${RUN_COLUMNS}`.pipe(Effect.flatMap(decodeRunRows))
-              if (unfinished[0] !== undefined) return toRun(unfinished[0], connection, resource, source, true)
-              const created = yield* sql`
-                INSERT INTO crm_sync.crawl_runs (connection, resource, source, lease)
-                VALUES (${connection}, ${resource}, ${source}, ${lease})
-                RETURNING ${RUN_COLUMNS}`.pipe(Effect.flatMap(decodeRunRows))
-              return toRun(created[0]!, connection, resource, source, false)
-            })
-          )
-        },
-        Effect.mapError(failed("CrawlRuns.open"))
-      )
-
-      const recordBatch = Effect.fn("CrawlRuns.recordBatch")(function* (run: CrawlRun, batch: PageBatch) {
-        // The warehouse undeletes (its `(id) WHERE deleted_at IS NOT NULL` index makes that a
-        // probe of a few rows at most); the sighting and the counters are one statement.
-        const undeleted = yield* warehouse.undelete(run.resource, batch.ids, { source: run.source })
-        yield* sql`
-            WITH sighted AS (
-              INSERT INTO crm_sync.crawl_sightings (run_id, ids) VALUES (${run.id}, ${batch.ids}::text[])
-            ),
-            counted AS (
-              UPDATE crm_sync.crawl_runs SET
-                last_page = GREATEST(last_page, ${batch.lastPage}),
-                total_pages = ${batch.totalPages},
-                total_count = ${batch.totalCount},
-                seen = seen + ${batch.unique},
-                duplicates = duplicates + ${batch.ids.length - batch.unique},
-                inserted = inserted + ${batch.counts.inserted},
-                updated = updated + ${batch.counts.updated},
-                unchanged = unchanged + ${batch.counts.unchanged + batch.counts.skipped},
-                undeleted = undeleted + ${undeleted},
-                requests = requests + ${batch.requests},
-                rechecks = rechecks + ${batch.rechecks},
-                progressed_at = now()
-              -- set_config here saves the transaction a statement of its own (see above).
-              WHERE id = ${run.id} AND set_config('synchronous_commit', 'off', true) = 'off'
-              RETURNING id
-            )
-            SELECT count(*) FROM counted`.pipe(Effect.mapError(failed("CrawlRuns.recordBatch")))
-        return { undeleted } satisfies BatchResult
+      return CrawlRuns.of({
+        open: open(sql),
+        recordBatch: recordBatch(sql, warehouse),
+        finishClean: finishClean(sql),
+        closeOrphans: closeOrphans(sql),
+        forgetMisses: forgetMisses(sql),
+        totals: totals(sql),
+        fail: fail(sql)
       })
-
-      const finishClean = Effect.fn("CrawlRuns.finishClean")(function* (
-        run: CrawlRun,
-        options: {
-          readonly threshold: number
-          readonly allowAtOnce?: number
-          readonly deleteRecords: (ids: ReadonlyArray<string>) => Effect.Effect<number, WarehouseError>
-        }
-      ) {
-        const mapError = Effect.mapError(failed("CrawlRuns.finishClean"))
-        const scope = sql`connection = ${run.connection} AND resource = ${run.resource}`
-        const [state] = yield* sql<{ newer: boolean }>`
-          SELECT EXISTS (SELECT 1 FROM crm_sync.crawl_runs WHERE ${scope} AND id > ${run.id}) AS newer`.pipe(mapError)
-        if (state!.newer) {
-          // A newer crawl of these records began while this one was unfinished: this one's early
-          // pages are older than that crawl's view, so its absences prove nothing. (That crawl's
-          // finish may also have dropped this one's early sightings: the counts stay as stored.)
-          const note = "a newer crawl of this resource began while this one was unfinished: no absences counted"
-          yield* sql`
-            UPDATE crm_sync.crawl_runs SET status = 'complete', finished_at = now(), progressed_at = now(),
-              absent = 0, deleted = 0, note = ${note}
-            WHERE id = ${run.id}`.pipe(mapError)
-          return { absent: 0, deleted: 0, refused: 0, note } satisfies FinishResult
-        }
-
-        // A listing whose pages held fewer records than its own total_count says (an empty page
-        // where the envelope promised more, a page cut short) contradicts itself: what it did not
-        // show proves nothing. One percent of slack for records drift hid from this one crawl.
-        const [told] = yield* sql<{ seen: number; total: number | null }>`
-          SELECT (SELECT count(*)::int FROM (
-                    SELECT DISTINCT unnest(ids) FROM crm_sync.crawl_sightings WHERE run_id = ${run.id}) AS s) AS seen,
-                 total_count AS total
-          FROM crm_sync.crawl_runs WHERE id = ${run.id}`.pipe(mapError)
-        if (told !== undefined && told.total !== null && told.seen + shortReadSlack(told.total) < told.total) {
-          const note =
-            `the listing's total_count said ${told.total} records but its pages held ${told.seen}: ` +
-            `no absences counted`
-          yield* sql`
-            UPDATE crm_sync.crawl_runs SET status = 'complete', finished_at = now(), progressed_at = now(),
-              seen = ${told.seen}, absent = 0, deleted = 0, note = ${note}
-            WHERE id = ${run.id}`.pipe(mapError)
-          return { absent: 0, deleted: 0, refused: 0, note } satisfies FinishResult
-        }
-
-        // The misses, in one statement: tracked before this crawl (sightings of earlier runs, and
-        // the records still counting misses), less what this crawl saw, is what it missed. A sighting
-        // by an earlier crawl that did not finish started the count over.
-        const [missed] = yield* sql<{
-          seen: number
-          received: number
-          absent: number
-          candidates: ReadonlyArray<string> | null
-        }>`
-          WITH earlier AS (
-            SELECT id, status FROM crm_sync.crawl_runs WHERE ${scope} AND id < ${run.id}
-          ),
-          seen AS (
-            SELECT DISTINCT unnest(ids) AS id FROM crm_sync.crawl_sightings WHERE run_id = ${run.id}
-          ),
-          before AS (
-            SELECT id, misses FROM crm_sync.crawl_misses WHERE ${scope}
-          ),
-          tracked AS (
-            SELECT unnest(s.ids) AS id FROM crm_sync.crawl_sightings s JOIN earlier e ON e.id = s.run_id
-            UNION
-            SELECT id FROM before
-          ),
-          restarted AS (
-            SELECT DISTINCT unnest(s.ids) AS id
-            FROM crm_sync.crawl_sightings s JOIN earlier e ON e.id = s.run_id
-            WHERE e.status <> 'complete'
-          ),
-          -- Joins, which PostgreSQL hashes: an EXISTS on restarted ran as a subplan per absent row
-          -- (116 s instead of 1.8 s for a million tracked records, 300,000 of them restarted).
-          absent AS (
-            SELECT t.id, CASE WHEN r.id IS NOT NULL THEN 1 ELSE COALESCE(b.misses, 0) + 1 END AS misses
-            FROM tracked t
-            LEFT JOIN before b ON b.id = t.id
-            LEFT JOIN restarted r ON r.id = t.id
-            WHERE NOT EXISTS (SELECT 1 FROM seen WHERE seen.id = t.id)
-          ),
-          counted AS (
-            INSERT INTO crm_sync.crawl_misses AS m (connection, resource, id, misses)
-            SELECT ${run.connection}, ${run.resource}, id, misses FROM absent
-            ON CONFLICT (connection, resource, id) DO UPDATE SET misses = excluded.misses
-          ),
-          cleared AS (
-            DELETE FROM crm_sync.crawl_misses m
-            WHERE ${scope} AND NOT EXISTS (SELECT 1 FROM absent a WHERE a.id = m.id)
-          )
-          SELECT (SELECT count(*)::int FROM seen) AS seen,
-            (SELECT COALESCE(sum(cardinality(ids)), 0)::int FROM crm_sync.crawl_sightings WHERE run_id = ${run.id}) AS received,
-            count(*)::int AS absent,
-            array_agg(id ORDER BY id) FILTER (WHERE misses >= ${MISSES_TO_DELETE}) AS candidates
-          FROM absent`.pipe(mapError)
-        const seen = missed?.seen ?? 0
-        const received = missed?.received ?? 0
-        const absent = missed?.absent ?? 0
-        const tracked = seen + absent
-        // Candidates not still tracked by another connection's crawls (two connections to one
-        // company see the same records): seen by them, or missed by them fewer than twice.
-        const twice = missed?.candidates ?? []
-        const protectedIds =
-          twice.length === 0
-            ? []
-            : yield* sql<{ id: string }>`
-                SELECT c.id FROM unnest(${twice}::text[]) AS c(id)
-                WHERE c.id IN (
-                  SELECT unnest(s.ids) FROM crm_sync.crawl_sightings s
-                  JOIN crm_sync.crawl_runs r ON r.id = s.run_id
-                  WHERE r.resource = ${run.resource} AND r.connection <> ${run.connection}
-                  UNION ALL
-                  SELECT o.id FROM crm_sync.crawl_misses o
-                  WHERE o.resource = ${run.resource} AND o.connection <> ${run.connection} AND o.misses < ${MISSES_TO_DELETE}
-                )`.pipe(mapError)
-        const keep = new Set(protectedIds.map((row) => row.id))
-        const ids = keep.size === 0 ? twice : twice.filter((id) => !keep.has(id))
-        const share = tracked === 0 ? 0 : ids.length / tracked
-        const notes: Array<string> = []
-        let deleted = 0
-        let refused = 0
-        if (ids.length > (options.allowAtOnce ?? 0) && share > options.threshold) {
-          refused = ids.length
-          notes.push(
-            `deletion refused: ${ids.length} of ${tracked} records (${percent(share)}) missing from two clean crawls, ` +
-              `more than the threshold of ${percent(options.threshold)}; nothing deleted`
-          )
-        } else if (ids.length > 0) {
-          deleted = yield* options.deleteRecords(ids)
-          // Deleted records are no longer tracked: a later sighting undeletes (recordBatch).
-          yield* sql`DELETE FROM crm_sync.crawl_misses WHERE ${scope} AND id = ANY(${ids}::text[])`.pipe(mapError)
-        }
-        if (absent > 0 && tracked > 0 && absent / tracked > options.threshold && refused === 0) {
-          notes.push(
-            `${absent} of ${tracked} tracked records (${percent(absent / tracked)}) were absent from this crawl; ` +
-              `they are deleted only if the next clean crawl misses them too, and then only within the threshold`
-          )
-        }
-        // This crawl's sightings are now what the next clean finish compares with.
-        yield* sql`
-          DELETE FROM crm_sync.crawl_sightings
-          WHERE run_id IN (SELECT id FROM crm_sync.crawl_runs WHERE ${scope} AND id < ${run.id})`.pipe(mapError)
-        const note = notes.length === 0 ? null : notes.join("; ")
-        // Exact totals: a record seen in two batches (the listing shifted under the crawl, or a
-        // restart in between) counted twice as the batches were stored.
-        yield* sql`
-          UPDATE crm_sync.crawl_runs SET status = 'complete', finished_at = now(), progressed_at = now(),
-            seen = ${seen}, duplicates = ${received - seen},
-            absent = ${absent}, deleted = ${deleted}, note = ${note}
-          WHERE id = ${run.id}`.pipe(mapError)
-        return { absent, deleted, refused, note } satisfies FinishResult
-      })
-
-      const fail = Effect.fn("CrawlRuns.fail")(
-        function* (run: CrawlRun, error: string) {
-          yield* sql`
-            UPDATE crm_sync.crawl_runs SET status = 'failed', finished_at = now(), error = ${error}
-            WHERE id = ${run.id}`
-        },
-        Effect.mapError(failed("CrawlRuns.fail"))
-      )
-
-      const closeOrphans = (lease: string, error: string) =>
-        sql`
-          UPDATE crm_sync.crawl_runs SET status = 'interrupted', finished_at = now(), error = ${error}
-          WHERE status = 'running' AND lease = ${lease}`.pipe(
-          Effect.asVoid,
-          Effect.mapError(failed("CrawlRuns.closeOrphans"))
-        )
-
-      const totals = (run: CrawlRun) =>
-        sql`SELECT seen, inserted, updated, unchanged, duplicates, rechecks, undeleted, requests, last_page, total_count
-            FROM crm_sync.crawl_runs WHERE id = ${run.id}`.pipe(
-          Effect.flatMap(Schema.decodeUnknownEffect(Schema.Array(RunTotals))),
-          Effect.map((rows) => rows[0]!),
-          Effect.mapError(failed("CrawlRuns.totals"))
-        )
-
-      const forgetMisses = (connection: string, resource: Resource, ids: ReadonlyArray<string>) =>
-        sql`DELETE FROM crm_sync.crawl_misses
-            WHERE connection = ${connection} AND resource = ${resource} AND id = ANY(${ids}::text[])`.pipe(
-          Effect.asVoid,
-          Effect.mapError(failed("CrawlRuns.forgetMisses"))
-        )
-
-      return CrawlRuns.of({ open, recordBatch, finishClean, closeOrphans, forgetMisses, totals, fail })
     })
   )
 }

@@ -33,6 +33,118 @@ const FinishedRows = Schema.Array(Schema.Struct({ connection: Schema.String, job
 
 const LastFinished = Schema.Array(Schema.Struct({ finished_ms: Schema.NullOr(Schema.Number) }))
 
+/** How a run ended, as `crm_sync.job_runs` records it: an interruption alone is not a failure. */
+const statusOf = (exit: Exit.Exit<JobOutcome, unknown>): JobStatus =>
+  Exit.isSuccess(exit) ? "succeeded" : Cause.hasInterruptsOnly(exit.cause) ? "interrupted" : "failed"
+
+/** Closes run `id` with how it ended; a close the database refuses is logged, never the run's failure. */
+const closeRun = (sql: SqlClient, job: string, id: number, exit: Exit.Exit<JobOutcome, unknown>) => {
+  const status = statusOf(exit)
+  const requests = Exit.isSuccess(exit) ? exit.value.requests : 0
+  // Merged over what was written at the start.
+  const detail = Exit.isSuccess(exit) ? exit.value.detail : {}
+  const error = Exit.isFailure(exit) && status === "failed" ? describeFailure(exit.cause) : null
+  return recordRun(job, status).pipe(
+    Effect.andThen(sql`UPDATE crm_sync.job_runs
+    SET status = ${status}, finished_at = now(), requests = ${requests},
+        detail = detail || ${JSON.stringify(detail)}::jsonb, error = ${error}
+    WHERE id = ${id}`),
+    Effect.catch((sqlError) =>
+      Effect.logError("job_runs: cannot record the end of a run").pipe(
+        Effect.annotateLogs({ id, error: sqlError.message })
+      )
+    )
+  )
+}
+
+const record =
+  (sql: SqlClient) =>
+  <A extends JobOutcome, E, R>(
+    job: string,
+    connection: string | null,
+    effect: Effect.Effect<A, E, R>,
+    initialDetail: Record<string, unknown> = {}
+  ): Effect.Effect<A, E | SqlError, R> =>
+    Effect.gen(function* () {
+      const lease = yield* CurrentLease
+      // Callers hold the job's lease, so a run of this job (or under this lease) still marked
+      // running belongs to a process that died without closing it (kill -9, a lost host, a lost
+      // database session): close it for the record.
+      yield* sql`
+        UPDATE crm_sync.job_runs SET status = 'interrupted', finished_at = now(), error = ${ORPHANED}
+        WHERE status = 'running'
+          AND ((job = ${job} AND connection IS NOT DISTINCT FROM ${connection}) OR lease = ${lease})`
+      const [row] = yield* sql<{ id: number }>`
+        INSERT INTO crm_sync.job_runs (job, connection, detail, lease)
+        VALUES (${job}, ${connection}, ${JSON.stringify(initialDetail)}::jsonb, ${lease}) RETURNING id::int AS id`
+      const id = row!.id
+      return yield* effect.pipe(Effect.onExit((exit) => closeRun(sql, job, id, exit)))
+    }).pipe(Effect.withSpan("JobRuns.record", { attributes: { job, connection } }))
+
+const lastSucceeded = (sql: SqlClient) =>
+  Effect.fn("JobRuns.lastSucceeded")(function* (job: string, connection: string | null) {
+    const rows = yield* sql`
+      SELECT (extract(epoch FROM max(finished_at)) * 1000)::float8 AS finished_ms FROM crm_sync.job_runs
+      WHERE job = ${job} AND connection IS NOT DISTINCT FROM ${connection} AND status = 'succeeded'`
+    return Schema.decodeUnknownOption(LastFinished)(rows).pipe(
+      Option.flatMap((list) => Option.fromNullishOr(list[0]?.finished_ms)),
+      Option.map((ms) => DateTime.makeUnsafe(Math.round(ms)))
+    )
+  })
+
+const closeOrphans = (sql: SqlClient) =>
+  Effect.fn("JobRuns.closeOrphans")(function* (lease: string) {
+    const closed = yield* sql<{ id: number }>`
+      UPDATE crm_sync.job_runs SET status = 'interrupted', finished_at = now(), error = ${ORPHANED}
+      WHERE status = 'running' AND lease = ${lease} RETURNING id::int AS id`
+    return closed.length
+  })
+
+const runningLeases = (sql: SqlClient) =>
+  sql`
+    SELECT DISTINCT lease FROM crm_sync.job_runs WHERE status = 'running' AND lease IS NOT NULL`.pipe(
+    Effect.flatMap(Schema.decodeUnknownEffect(LeaseRows)),
+    Effect.map((rows) => rows.map((row) => row.lease))
+  )
+
+const dueIn = (sql: SqlClient) =>
+  Effect.fn("JobRuns.dueIn")(function* (jobs: ReadonlyArray<string>, connection: string, every: Duration.Duration) {
+    const rows = yield* sql`
+      SELECT (extract(epoch FROM (max(finished_at) + make_interval(secs => ${Duration.toSeconds(every)})) - now())
+              * 1000)::float8 AS due_ms
+      FROM crm_sync.job_runs
+      WHERE job = ANY(${jobs}::text[]) AND connection = ${connection} AND status = 'succeeded'`
+    const [row] = yield* Schema.decodeUnknownEffect(DueRows)(rows)
+    return Math.max(0, Math.ceil(row?.due_ms ?? 0))
+  })
+
+const backfilledSince = (sql: SqlClient) =>
+  Effect.fn("JobRuns.backfilledSince")(function* (selection: unknown) {
+    const json = JSON.stringify(selection)
+    const rows = yield* sql`
+      WITH last_complete AS (
+        SELECT COALESCE(max(finished_at), '-infinity'::timestamptz) AS at FROM crm_sync.job_runs
+        WHERE job = 'backfill' AND status = 'succeeded' AND detail -> 'resources' = ${json}::jsonb
+      ),
+      unfinished AS (
+        SELECT min(r.started_at) AS since FROM crm_sync.job_runs r, last_complete c
+        WHERE r.job = 'backfill' AND r.status <> 'succeeded' AND r.started_at > c.at
+          AND r.detail -> 'resources' = ${json}::jsonb
+      )
+      SELECT DISTINCT r.connection, r.job FROM crm_sync.job_runs r, unfinished u
+      WHERE u.since IS NOT NULL AND r.job LIKE 'backfill:%' AND r.status = 'succeeded' AND r.started_at >= u.since`
+    const finished = yield* Schema.decodeUnknownEffect(FinishedRows)(rows)
+    return new Set(finished.map((row) => `${row.connection}/${row.job.slice("backfill:".length)}`))
+  })
+
+const lastStarted = (sql: SqlClient) =>
+  Effect.fn("JobRuns.lastStarted")(function* (job: string, connection: string) {
+    const rows = yield* sql<{ at: number | null }>`
+      SELECT (extract(epoch FROM max(started_at)) * 1000)::float8 AS at FROM crm_sync.job_runs
+      WHERE job = ${job} AND connection = ${connection}`
+    return rows[0]?.at ?? null
+  })
+
 export class JobRuns extends Context.Service<
   JobRuns,
   {
@@ -84,115 +196,15 @@ export class JobRuns extends Context.Service<
     JobRuns,
     Effect.gen(function* () {
       const sql = yield* SqlClient
-
-      const close = (job: string, id: number, exit: Exit.Exit<JobOutcome, unknown>) => {
-        const status: JobStatus = Exit.isSuccess(exit)
-          ? "succeeded"
-          : Cause.hasInterruptsOnly(exit.cause)
-            ? "interrupted"
-            : "failed"
-        const requests = Exit.isSuccess(exit) ? exit.value.requests : 0
-        // Merged over what was written at the start.
-        const detail = Exit.isSuccess(exit) ? exit.value.detail : {}
-        const error = Exit.isFailure(exit) && status === "failed" ? describeFailure(exit.cause) : null
-        return recordRun(job, status).pipe(
-          Effect.andThen(sql`UPDATE crm_sync.job_runs
-          SET status = ${status}, finished_at = now(), requests = ${requests},
-              detail = detail || ${JSON.stringify(detail)}::jsonb, error = ${error}
-          WHERE id = ${id}`),
-          Effect.catch((sqlError) =>
-            Effect.logError("job_runs: cannot record the end of a run").pipe(
-              Effect.annotateLogs({ id, error: sqlError.message })
-            )
-          )
-        )
-      }
-
-      const record = <A extends JobOutcome, E, R>(
-        job: string,
-        connection: string | null,
-        effect: Effect.Effect<A, E, R>,
-        initialDetail: Record<string, unknown> = {}
-      ): Effect.Effect<A, E | SqlError, R> =>
-        Effect.gen(function* () {
-          const lease = yield* CurrentLease
-          // Callers hold the job's lease, so a run of this job (or under this lease) still marked
-          // running belongs to a process that died without closing it (kill -9, a lost host, a lost
-          // database session): close it for the record.
-          yield* sql`
-            UPDATE crm_sync.job_runs SET status = 'interrupted', finished_at = now(), error = ${ORPHANED}
-            WHERE status = 'running'
-              AND ((job = ${job} AND connection IS NOT DISTINCT FROM ${connection}) OR lease = ${lease})`
-          const [row] = yield* sql<{ id: number }>`
-            INSERT INTO crm_sync.job_runs (job, connection, detail, lease)
-            VALUES (${job}, ${connection}, ${JSON.stringify(initialDetail)}::jsonb, ${lease}) RETURNING id::int AS id`
-          const id = row!.id
-          return yield* effect.pipe(Effect.onExit((exit) => close(job, id, exit)))
-        }).pipe(Effect.withSpan("JobRuns.record", { attributes: { job, connection } }))
-
-      const lastSucceeded = Effect.fn("JobRuns.lastSucceeded")(function* (job: string, connection: string | null) {
-        const rows = yield* sql`
-          SELECT (extract(epoch FROM max(finished_at)) * 1000)::float8 AS finished_ms FROM crm_sync.job_runs
-          WHERE job = ${job} AND connection IS NOT DISTINCT FROM ${connection} AND status = 'succeeded'`
-        return Schema.decodeUnknownOption(LastFinished)(rows).pipe(
-          Option.flatMap((list) => Option.fromNullishOr(list[0]?.finished_ms)),
-          Option.map((ms) => DateTime.makeUnsafe(Math.round(ms)))
-        )
+      return JobRuns.of({
+        record: record(sql),
+        closeOrphans: closeOrphans(sql),
+        runningLeases: runningLeases(sql),
+        dueIn: dueIn(sql),
+        backfilledSince: backfilledSince(sql),
+        lastStarted: lastStarted(sql),
+        lastSucceeded: lastSucceeded(sql)
       })
-
-      const closeOrphans = Effect.fn("JobRuns.closeOrphans")(function* (lease: string) {
-        const closed = yield* sql<{ id: number }>`
-          UPDATE crm_sync.job_runs SET status = 'interrupted', finished_at = now(), error = ${ORPHANED}
-          WHERE status = 'running' AND lease = ${lease} RETURNING id::int AS id`
-        return closed.length
-      })
-
-      const runningLeases = sql`
-        SELECT DISTINCT lease FROM crm_sync.job_runs WHERE status = 'running' AND lease IS NOT NULL`.pipe(
-        Effect.flatMap(Schema.decodeUnknownEffect(LeaseRows)),
-        Effect.map((rows) => rows.map((row) => row.lease))
-      )
-
-      const dueIn = Effect.fn("JobRuns.dueIn")(function* (
-        jobs: ReadonlyArray<string>,
-        connection: string,
-        every: Duration.Duration
-      ) {
-        const rows = yield* sql`
-          SELECT (extract(epoch FROM (max(finished_at) + make_interval(secs => ${Duration.toSeconds(every)})) - now())
-                  * 1000)::float8 AS due_ms
-          FROM crm_sync.job_runs
-          WHERE job = ANY(${jobs}::text[]) AND connection = ${connection} AND status = 'succeeded'`
-        const [row] = yield* Schema.decodeUnknownEffect(DueRows)(rows)
-        return Math.max(0, Math.ceil(row?.due_ms ?? 0))
-      })
-
-      const backfilledSince = Effect.fn("JobRuns.backfilledSince")(function* (selection: unknown) {
-        const json = JSON.stringify(selection)
-        const rows = yield* sql`
-          WITH last_complete AS (
-            SELECT COALESCE(max(finished_at), '-infinity'::timestamptz) AS at FROM crm_sync.job_runs
-            WHERE job = 'backfill' AND status = 'succeeded' AND detail -> 'resources' = ${json}::jsonb
-          ),
-          unfinished AS (
-            SELECT min(r.started_at) AS since FROM crm_sync.job_runs r, last_complete c
-            WHERE r.job = 'backfill' AND r.status <> 'succeeded' AND r.started_at > c.at
-              AND r.detail -> 'resources' = ${json}::jsonb
-          )
-          SELECT DISTINCT r.connection, r.job FROM crm_sync.job_runs r, unfinished u
-          WHERE u.since IS NOT NULL AND r.job LIKE 'backfill:%' AND r.status = 'succeeded' AND r.started_at >= u.since`
-        const finished = yield* Schema.decodeUnknownEffect(FinishedRows)(rows)
-        return new Set(finished.map((row) => `${row.connection}/${row.job.slice("backfill:".length)}`))
-      })
-
-      const lastStarted = Effect.fn("JobRuns.lastStarted")(function* (job: string, connection: string) {
-        const rows = yield* sql<{ at: number | null }>`
-          SELECT (extract(epoch FROM max(started_at)) * 1000)::float8 AS at FROM crm_sync.job_runs
-          WHERE job = ${job} AND connection = ${connection}`
-        return rows[0]?.at ?? null
-      })
-
-      return JobRuns.of({ record, closeOrphans, runningLeases, dueIn, backfilledSince, lastStarted, lastSucceeded })
     })
   )
 }

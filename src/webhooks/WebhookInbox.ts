@@ -3,13 +3,8 @@
  * hook-id (migrations/0002_sync_state.sql). The intake writes rows (`insert`, many per statement);
  * the processor leases them (`claim`, FOR UPDATE SKIP LOCKED with `locked_by`/`locked_at`, after
  * graphile-worker), settles them in the same transaction as its warehouse writes (`settle`), puts
- * failures back with a backoff (`retryLater`), and an operator can `replay` dead rows.
- *
- * Row lifecycle: `pending` → (claimed) → `processed` | `unhandled` (no handler for its event type)
- * | `failed` (will be retried at `next_attempt_at`) → … → `dead` after `max_attempts`, or at once
- * when retrying cannot help (the body is not JSON or does not decode). Claimed rows keep their
- * status and carry a lease; `reap` frees leases whose holder died. Times are PostgreSQL's `now()`,
- * so every replica on the database agrees on leases and due times.
+ * failures back with a backoff (`retryLater`), and an operator can `replay` dead rows. Times are
+ * PostgreSQL's `now()`, so every replica on the database agrees on leases and due times.
  */
 import { PgTypes } from "@effect/sql-pg"
 import { Context, Duration, Effect, Layer, Result } from "effect"
@@ -19,6 +14,12 @@ import type { SqlError } from "effect/sql/SqlError"
 /** The NOTIFY channel the insert trigger signals (0002_sync_state.sql). */
 export const INBOX_CHANNEL = "crm_sync_webhook_inbox"
 
+/**
+ * Row lifecycle: `pending` → (claimed) → `processed` | `unhandled` (no handler for its event type)
+ * | `failed` (will be retried at `next_attempt_at`) → … → `dead` after `max_attempts`, or at once
+ * when retrying cannot help (the body is not JSON or does not decode). Claimed rows keep their
+ * status and carry a lease; `reap` frees leases whose holder died.
+ */
 export type InboxStatus = "pending" | "processed" | "failed" | "dead" | "unhandled"
 
 /** A verified delivery as the intake stores it. */
@@ -98,6 +99,206 @@ const oneCopyPerHook = (rows: ReadonlyArray<InboxRow>): ReadonlyArray<InboxRow> 
 
 const rowsAffected = (rows: ReadonlyArray<{ readonly n: number | bigint }>) => Number(rows[0]?.n ?? 0)
 
+// ---------------------------------------------------------------------------------------------
+// Storing and claiming
+// ---------------------------------------------------------------------------------------------
+
+// One statement whatever the batch size (unnest of arrays rather than multi-row VALUES),
+// so PostgreSQL plans it once.
+//
+// A sender delivers one message, under one hook id, to every endpoint whose selection
+// matches (spec §6.1). An event without `event_type` (client.created, client.updated,
+// prospect.created; §6.3) can be understood only on its own fixed-type endpoint; if its copy
+// on an all-types endpoint came first, it was stored with no type and set aside. So a typed
+// copy completes an untyped row it finds — type, endpoint, body, back to pending — unless
+// that row was already applied; every other repeat is left alone. The batch keeps one copy
+// per hook id, the typed one where there is one (an upsert may touch a row only once).
+const insert = (sql: SqlClient) =>
+  Effect.fnUntraced(function* (rows: ReadonlyArray<InboxRow>) {
+    if (rows.length === 0) return new Set<string>()
+    const batch = oneCopyPerHook(rows)
+    const inserted = yield* sql<{ hook_id: string; completed: boolean }>`
+      INSERT INTO crm_sync.webhook_inbox AS inbox
+        (hook_id, endpoint, event_type, body, status, last_error, processed_at, signed_at)
+      SELECT r.hook_id, r.endpoint, r.event_type, r.body, r.status, r.last_error,
+             CASE WHEN r.status = 'dead' THEN now() END, to_timestamp(r.signed_ms / 1000)
+      FROM unnest(
+        ${textArray(batch.map((row) => row.hookId))},
+        ${textArray(batch.map((row) => row.endpoint))},
+        ${textArray(batch.map((row) => row.eventType))},
+        ${byteaArray(batch.map((row) => row.body))},
+        ${textArray(batch.map((row) => row.status))},
+        ${textArray(batch.map((row) => row.error))},
+        ${float8Array(batch.map((row) => row.signedAt))}
+      ) AS r(hook_id, endpoint, event_type, body, status, last_error, signed_ms)
+      ON CONFLICT (hook_id) DO UPDATE
+        SET endpoint = excluded.endpoint, event_type = excluded.event_type, body = excluded.body,
+            signed_at = excluded.signed_at,
+            status = excluded.status, last_error = excluded.last_error, attempts = 0,
+            next_attempt_at = now(), processed_at = excluded.processed_at, locked_by = NULL, locked_at = NULL
+        WHERE inbox.event_type IS NULL AND excluded.event_type IS NOT NULL AND inbox.status <> 'processed'
+      RETURNING hook_id, xmax <> 0 AS completed`
+    // The insert trigger wakes the processors for new rows only; a completed row needs its own.
+    // So does a repeat: its ON CONFLICT locked the stored row until this commit, and a processor
+    // woken by the first copy's commit meanwhile skipped it (SKIP LOCKED) and went back to sleep.
+    if (inserted.some((row) => row.completed) || inserted.length < batch.length) {
+      yield* sql`SELECT pg_notify(${INBOX_CHANNEL}, '')`
+    }
+    return new Set(inserted.map((row) => row.hook_id))
+  })
+
+const claim = (sql: SqlClient) =>
+  Effect.fnUntraced(function* (worker: string, limit: number) {
+    const rows = yield* sql<{
+      hook_id: string
+      endpoint: string
+      event_type: string | null
+      body: Uint8Array
+      attempts: number
+      received_at: Date
+      signed_at: Date | null
+    }>`
+      UPDATE crm_sync.webhook_inbox AS inbox
+      SET locked_by = ${worker}, locked_at = now(), attempts = inbox.attempts + 1
+      FROM (
+        SELECT hook_id FROM crm_sync.webhook_inbox
+        WHERE status IN ('pending', 'failed') AND next_attempt_at <= now() AND locked_by IS NULL
+        ORDER BY next_attempt_at
+        LIMIT ${limit}
+        FOR UPDATE SKIP LOCKED
+      ) AS due
+      WHERE inbox.hook_id = due.hook_id
+      RETURNING inbox.hook_id, inbox.endpoint, inbox.event_type, inbox.body, inbox.attempts, inbox.received_at,
+                inbox.signed_at`
+    return rows
+      .map((row): ClaimedRow => ({
+        hookId: row.hook_id,
+        endpoint: row.endpoint,
+        eventType: row.event_type,
+        body: row.body,
+        attempts: row.attempts,
+        receivedAt: row.received_at,
+        signedAt: row.signed_at
+      }))
+      .toSorted((a, b) => a.receivedAt.getTime() - b.receivedAt.getTime())
+  })
+
+// ---------------------------------------------------------------------------------------------
+// Settling claimed rows
+// ---------------------------------------------------------------------------------------------
+
+// `locked_by = worker`: a row whose lease was reaped and taken by another processor is that
+// processor's to settle. Applying it twice meanwhile is harmless (writes are idempotent).
+const settle = (sql: SqlClient) =>
+  Effect.fnUntraced(function* (worker: string, settlements: ReadonlyArray<Settlement>) {
+    if (settlements.length === 0) return
+    yield* sql`
+      UPDATE crm_sync.webhook_inbox AS inbox
+      SET status = s.status, last_error = s.error, processed_at = now(), locked_by = NULL, locked_at = NULL
+      FROM unnest(
+        ${textArray(settlements.map((s) => s.hookId))},
+        ${textArray(settlements.map((s) => s.status))},
+        ${textArray(settlements.map((s) => s.error))}
+      ) AS s(hook_id, status, error)
+      WHERE inbox.hook_id = s.hook_id AND inbox.locked_by = ${worker}`
+  })
+
+const retryLater = (sql: SqlClient) =>
+  Effect.fnUntraced(function* (worker: string, failures: ReadonlyArray<Failure>, maxAttempts: number) {
+    if (failures.length === 0) return { dead: [] }
+    const rows = yield* sql<{ hook_id: string; status: string }>`
+      UPDATE crm_sync.webhook_inbox AS inbox
+      SET status = CASE WHEN inbox.attempts >= ${maxAttempts} THEN 'dead' ELSE 'failed' END,
+          last_error = f.error,
+          next_attempt_at = now() + f.delay_ms * interval '1 millisecond',
+          processed_at = CASE WHEN inbox.attempts >= ${maxAttempts} THEN now() END,
+          locked_by = NULL, locked_at = NULL
+      FROM unnest(
+        ${textArray(failures.map((f) => f.hookId))},
+        ${textArray(failures.map((f) => f.error))},
+        ${float8Array(failures.map((f) => Duration.toMillis(retryDelay(f.attempts))))}
+      ) AS f(hook_id, error, delay_ms)
+      WHERE inbox.hook_id = f.hook_id AND inbox.locked_by = ${worker}
+      RETURNING inbox.hook_id, inbox.status`
+    return { dead: rows.filter((row) => row.status === "dead").map((row) => row.hook_id) }
+  })
+
+// ---------------------------------------------------------------------------------------------
+// Leases and retention: the reaper and pruning
+// ---------------------------------------------------------------------------------------------
+
+const reap = (sql: SqlClient) =>
+  Effect.fnUntraced(function* (leaseTimeout: Duration.Duration) {
+    const rows = yield* sql<{ n: number }>`
+      WITH freed AS (
+        UPDATE crm_sync.webhook_inbox SET locked_by = NULL, locked_at = NULL
+        WHERE locked_by IS NOT NULL
+          AND locked_at < now() - ${Duration.toMillis(leaseTimeout)}::float8 * interval '1 millisecond'
+        RETURNING 1
+      )
+      SELECT count(*)::int AS n FROM freed`
+    return rowsAffected(rows)
+  })
+
+// In slices, so a large backlog of old rows never holds one long delete.
+const pruneSlice = (sql: SqlClient, retentionMs: number) =>
+  sql<{ n: number }>`
+    WITH gone AS (
+      DELETE FROM crm_sync.webhook_inbox
+      WHERE hook_id IN (
+        SELECT hook_id FROM crm_sync.webhook_inbox
+        WHERE status IN ('processed', 'unhandled')
+          AND processed_at < now() - ${retentionMs}::float8 * interval '1 millisecond'
+        LIMIT 5000
+      )
+      RETURNING 1
+    )
+    SELECT count(*)::int AS n FROM gone`.pipe(Effect.map(rowsAffected))
+
+const prune = (sql: SqlClient) =>
+  Effect.fnUntraced(function* (retention: Duration.Duration) {
+    const retentionMs = Duration.toMillis(retention)
+    let total = 0
+    while (true) {
+      const deleted = yield* pruneSlice(sql, retentionMs)
+      total += deleted
+      if (deleted < 5000) return total
+    }
+  })
+
+// ---------------------------------------------------------------------------------------------
+// The operator's replay, and the backlog
+// ---------------------------------------------------------------------------------------------
+
+const replay = (sql: SqlClient) =>
+  Effect.fnUntraced(function* (selection: ReplaySelection) {
+    const filter =
+      selection._tag === "Dead" ? sql`status = 'dead'` : sql`hook_id = ${selection.hookId} AND locked_by IS NULL`
+    const rows = yield* sql<{ n: number }>`
+      WITH replayed AS (
+        UPDATE crm_sync.webhook_inbox
+        SET status = 'pending', attempts = 0, last_error = NULL, next_attempt_at = now(), processed_at = NULL
+        WHERE ${filter}
+        RETURNING 1
+      )
+      SELECT count(*)::int AS n FROM replayed`
+    const replayed = rowsAffected(rows)
+    if (replayed > 0) yield* sql`SELECT pg_notify(${INBOX_CHANNEL}, '')`
+    return replayed
+  })
+
+// Two subqueries so each uses its partial index instead of scanning every kept row.
+const counts = (sql: SqlClient) =>
+  sql<{ backlog: number; dead: number }>`
+    SELECT (SELECT count(*) FROM crm_sync.webhook_inbox WHERE status IN ('pending', 'failed'))::int AS backlog,
+           (SELECT count(*) FROM crm_sync.webhook_inbox WHERE status = 'dead')::int AS dead`.pipe(
+    Effect.map((rows) => ({ backlog: rows[0]?.backlog ?? 0, dead: rows[0]?.dead ?? 0 }))
+  )
+
+// ---------------------------------------------------------------------------------------------
+// The service
+// ---------------------------------------------------------------------------------------------
+
 export class WebhookInbox extends Context.Service<
   WebhookInbox,
   {
@@ -129,184 +330,16 @@ export class WebhookInbox extends Context.Service<
     WebhookInbox,
     Effect.gen(function* () {
       const sql = yield* SqlClient
-
-      // One statement whatever the batch size (unnest of arrays rather than multi-row VALUES),
-      // so PostgreSQL plans it once.
-      //
-      // A sender delivers one message, under one hook id, to every endpoint whose selection
-      // matches (spec §6.1). An event without `event_type` (client.created, client.updated,
-      // prospect.created; §6.3) can be understood only on its own fixed-type endpoint; if its copy
-      // on an all-types endpoint came first, it was stored with no type and set aside. So a typed
-      // copy completes an untyped row it finds — type, endpoint, body, back to pending — unless
-      // that row was already applied; every other repeat is left alone. The batch keeps one copy
-      // per hook id, the typed one where there is one (an upsert may touch a row only once).
-      const insert = Effect.fnUntraced(function* (rows: ReadonlyArray<InboxRow>) {
-        if (rows.length === 0) return new Set<string>()
-        const batch = oneCopyPerHook(rows)
-        const inserted = yield* sql<{ hook_id: string; completed: boolean }>`
-          INSERT INTO crm_sync.webhook_inbox AS inbox
-            (hook_id, endpoint, event_type, body, status, last_error, processed_at, signed_at)
-          SELECT r.hook_id, r.endpoint, r.event_type, r.body, r.status, r.last_error,
-                 CASE WHEN r.status = 'dead' THEN now() END, to_timestamp(r.signed_ms / 1000)
-          FROM unnest(
-            ${textArray(batch.map((row) => row.hookId))},
-            ${textArray(batch.map((row) => row.endpoint))},
-            ${textArray(batch.map((row) => row.eventType))},
-            ${byteaArray(batch.map((row) => row.body))},
-            ${textArray(batch.map((row) => row.status))},
-            ${textArray(batch.map((row) => row.error))},
-            ${float8Array(batch.map((row) => row.signedAt))}
-          ) AS r(hook_id, endpoint, event_type, body, status, last_error, signed_ms)
-          ON CONFLICT (hook_id) DO UPDATE
-            SET endpoint = excluded.endpoint, event_type = excluded.event_type, body = excluded.body,
-                signed_at = excluded.signed_at,
-                status = excluded.status, last_error = excluded.last_error, attempts = 0,
-                next_attempt_at = now(), processed_at = excluded.processed_at, locked_by = NULL, locked_at = NULL
-            WHERE inbox.event_type IS NULL AND excluded.event_type IS NOT NULL AND inbox.status <> 'processed'
-          RETURNING hook_id, xmax <> 0 AS completed`
-        // The insert trigger wakes the processors for new rows only; a completed row needs its own.
-        // So does a repeat: its ON CONFLICT locked the stored row until this commit, and a processor
-        // woken by the first copy's commit meanwhile skipped it (SKIP LOCKED) and went back to sleep.
-        if (inserted.some((row) => row.completed) || inserted.length < batch.length) {
-          yield* sql`SELECT pg_notify(${INBOX_CHANNEL}, '')`
-        }
-        return new Set(inserted.map((row) => row.hook_id))
+      return WebhookInbox.of({
+        insert: insert(sql),
+        claim: claim(sql),
+        settle: settle(sql),
+        retryLater: retryLater(sql),
+        reap: reap(sql),
+        prune: prune(sql),
+        replay: replay(sql),
+        counts: counts(sql)
       })
-
-      const claim = Effect.fnUntraced(function* (worker: string, limit: number) {
-        const rows = yield* sql<{
-          hook_id: string
-          endpoint: string
-          event_type: string | null
-          body: Uint8Array
-          attempts: number
-          received_at: Date
-          signed_at: Date | null
-        }>`
-          UPDATE crm_sync.webhook_inbox AS inbox
-          SET locked_by = ${worker}, locked_at = now(), attempts = inbox.attempts + 1
-          FROM (
-            SELECT hook_id FROM crm_sync.webhook_inbox
-            WHERE status IN ('pending', 'failed') AND next_attempt_at <= now() AND locked_by IS NULL
-            ORDER BY next_attempt_at
-            LIMIT ${limit}
-            FOR UPDATE SKIP LOCKED
-          ) AS due
-          WHERE inbox.hook_id = due.hook_id
-          RETURNING inbox.hook_id, inbox.endpoint, inbox.event_type, inbox.body, inbox.attempts, inbox.received_at,
-                    inbox.signed_at`
-        return rows
-          .map((row): ClaimedRow => ({
-            hookId: row.hook_id,
-            endpoint: row.endpoint,
-            eventType: row.event_type,
-            body: row.body,
-            attempts: row.attempts,
-            receivedAt: row.received_at,
-            signedAt: row.signed_at
-          }))
-          .toSorted((a, b) => a.receivedAt.getTime() - b.receivedAt.getTime())
-      })
-
-      // `locked_by = worker`: a row whose lease was reaped and taken by another processor is that
-      // processor's to settle. Applying it twice meanwhile is harmless (writes are idempotent).
-      const settle = Effect.fnUntraced(function* (worker: string, settlements: ReadonlyArray<Settlement>) {
-        if (settlements.length === 0) return
-        yield* sql`
-          UPDATE crm_sync.webhook_inbox AS inbox
-          SET status = s.status, last_error = s.error, processed_at = now(), locked_by = NULL, locked_at = NULL
-          FROM unnest(
-            ${textArray(settlements.map((s) => s.hookId))},
-            ${textArray(settlements.map((s) => s.status))},
-            ${textArray(settlements.map((s) => s.error))}
-          ) AS s(hook_id, status, error)
-          WHERE inbox.hook_id = s.hook_id AND inbox.locked_by = ${worker}`
-      })
-
-      const retryLater = Effect.fnUntraced(function* (
-        worker: string,
-        failures: ReadonlyArray<Failure>,
-        maxAttempts: number
-      ) {
-        if (failures.length === 0) return { dead: [] }
-        const rows = yield* sql<{ hook_id: string; status: string }>`
-          UPDATE crm_sync.webhook_inbox AS inbox
-          SET status = CASE WHEN inbox.attempts >= ${maxAttempts} THEN 'dead' ELSE 'failed' END,
-              last_error = f.error,
-              next_attempt_at = now() + f.delay_ms * interval '1 millisecond',
-              processed_at = CASE WHEN inbox.attempts >= ${maxAttempts} THEN now() END,
-              locked_by = NULL, locked_at = NULL
-          FROM unnest(
-            ${textArray(failures.map((f) => f.hookId))},
-            ${textArray(failures.map((f) => f.error))},
-            ${float8Array(failures.map((f) => Duration.toMillis(retryDelay(f.attempts))))}
-          ) AS f(hook_id, error, delay_ms)
-          WHERE inbox.hook_id = f.hook_id AND inbox.locked_by = ${worker}
-          RETURNING inbox.hook_id, inbox.status`
-        return { dead: rows.filter((row) => row.status === "dead").map((row) => row.hook_id) }
-      })
-
-      const reap = Effect.fnUntraced(function* (leaseTimeout: Duration.Duration) {
-        const rows = yield* sql<{ n: number }>`
-          WITH freed AS (
-            UPDATE crm_sync.webhook_inbox SET locked_by = NULL, locked_at = NULL
-            WHERE locked_by IS NOT NULL
-              AND locked_at < now() - ${Duration.toMillis(leaseTimeout)}::float8 * interval '1 millisecond'
-            RETURNING 1
-          )
-          SELECT count(*)::int AS n FROM freed`
-        return rowsAffected(rows)
-      })
-
-      // In slices, so a large backlog of old rows never holds one long delete.
-      const pruneSlice = (retentionMs: number) =>
-        sql<{ n: number }>`
-          WITH gone AS (
-            DELETE FROM crm_sync.webhook_inbox
-            WHERE hook_id IN (
-              SELECT hook_id FROM crm_sync.webhook_inbox
-              WHERE status IN ('processed', 'unhandled')
-                AND processed_at < now() - ${retentionMs}::float8 * interval '1 millisecond'
-              LIMIT 5000
-            )
-            RETURNING 1
-          )
-          SELECT count(*)::int AS n FROM gone`.pipe(Effect.map(rowsAffected))
-
-      const prune = Effect.fnUntraced(function* (retention: Duration.Duration) {
-        const retentionMs = Duration.toMillis(retention)
-        let total = 0
-        while (true) {
-          const deleted = yield* pruneSlice(retentionMs)
-          total += deleted
-          if (deleted < 5000) return total
-        }
-      })
-
-      const replay = Effect.fnUntraced(function* (selection: ReplaySelection) {
-        const filter =
-          selection._tag === "Dead" ? sql`status = 'dead'` : sql`hook_id = ${selection.hookId} AND locked_by IS NULL`
-        const rows = yield* sql<{ n: number }>`
-          WITH replayed AS (
-            UPDATE crm_sync.webhook_inbox
-            SET status = 'pending', attempts = 0, last_error = NULL, next_attempt_at = now(), processed_at = NULL
-            WHERE ${filter}
-            RETURNING 1
-          )
-          SELECT count(*)::int AS n FROM replayed`
-        const replayed = rowsAffected(rows)
-        if (replayed > 0) yield* sql`SELECT pg_notify(${INBOX_CHANNEL}, '')`
-        return replayed
-      })
-
-      // Two subqueries so each uses its partial index instead of scanning every kept row.
-      const counts = sql<{ backlog: number; dead: number }>`
-        SELECT (SELECT count(*) FROM crm_sync.webhook_inbox WHERE status IN ('pending', 'failed'))::int AS backlog,
-               (SELECT count(*) FROM crm_sync.webhook_inbox WHERE status = 'dead')::int AS dead`.pipe(
-        Effect.map((rows) => ({ backlog: rows[0]?.backlog ?? 0, dead: rows[0]?.dead ?? 0 }))
-      )
-
-      return WebhookInbox.of({ insert, claim, settle, retryLater, reap, prune, replay, counts })
     })
   )
 }

@@ -1,0 +1,304 @@
+/**
+ * EventWrites: what a webhook delivery asks of the warehouse, and those writes applied for a batch.
+ * `decide` turns a claimed inbox row into its warehouse writes, or into the final status it gets
+ * without any (`dead`, `unhandled`); it never fails and calls nothing outside. `applyWrites` groups
+ * the writes of several rows per table, ids in a fixed order (so concurrent processors cannot
+ * deadlock), and applies them in the caller's transaction.
+ */
+import { DateTime, Effect, Predicate, Result, Schema } from "effect"
+import { type CrmEvent, decodeEvent } from "../crm/Events.ts"
+import * as Models from "../crm/Models.ts"
+import type { ClientChange, Resource, Warehouse } from "../warehouse/Warehouse.ts"
+import { parseJsonBody } from "./JsonBody.ts"
+import { tooDeep } from "./JsonDepth.ts"
+import type { ClaimedRow } from "./WebhookInbox.ts"
+
+// ---------------------------------------------------------------------------------------------
+// From a delivery to its writes (pure)
+// ---------------------------------------------------------------------------------------------
+
+export type Json = Readonly<Record<string, unknown>>
+
+/** The warehouse writes one event asks for. */
+export interface Writes {
+  readonly upserts: ReadonlyArray<{ readonly resource: Resource; readonly record: Json }>
+  readonly deletes: ReadonlyArray<{ readonly resource: Resource; readonly id: string }>
+  /** Parent ids a note envelope carries at top level (spec §6.3), kept on the note row. */
+  readonly noteParent: { readonly id: string; readonly householdId: string } | null
+  readonly clientChange: {
+    readonly clientId: string
+    readonly changedFields: ReadonlyArray<string>
+    readonly subscriptionId: string | null
+    readonly bookId: string | null
+  } | null
+  /** The meeting whose transcript to read (meeting.transcript_ready). */
+  readonly transcriptOf: string | null
+}
+
+const noWrites: Writes = { upserts: [], deletes: [], noteParent: null, clientChange: null, transcriptOf: null }
+
+/** Where a row stands after decoding: writes to apply, or a final status without any. */
+export type Decision =
+  | { readonly _tag: "Apply"; readonly row: ClaimedRow; readonly eventType: string; readonly writes: Writes }
+  | {
+      readonly _tag: "Settle"
+      readonly row: ClaimedRow
+      readonly eventType: string
+      readonly status: "unhandled" | "dead"
+      readonly error: string
+    }
+
+/** Context fields of spec §6.2; a flat envelope's record is the body without them (book_id stays: it is a field of the stored record). */
+const CONTEXT_ONLY = ["subscription_id", "user_id", "company_id", "event_type"]
+
+const withoutContext = (body: Json): Json => {
+  const record: Record<string, unknown> = {}
+  for (const [key, value] of Object.entries(body)) if (!CONTEXT_ONLY.includes(key)) record[key] = value
+  return record
+}
+
+/** A nested record, given the envelope's `book_id` when it has none of its own (the client model keeps it). */
+const withBook = (record: Json, body: Json): Json =>
+  record.book_id === undefined && Predicate.isString(body.book_id) ? { ...record, book_id: body.book_id } : record
+
+const deletedResource: Record<string, Resource> = {
+  "meeting.deleted": "meetings",
+  "task.deleted": "tasks",
+  "note.deleted": "notes"
+}
+
+const decodesAs = <A>(schema: Schema.Decoder<A>) => {
+  const decode = Schema.decodeUnknownResult(schema)
+  return (input: unknown) => Result.isSuccess(decode(input))
+}
+const isContact = decodesAs(Models.Contact)
+const isProspect = decodesAs(Models.Prospect)
+
+/**
+ * Events whose payloads the spec does not show (spec §6.1, §6.4) are applied only when they are
+ * recognisably a record of a table (a contact under `contact` or at top level; a prospect at top
+ * level, like `prospect.created`); otherwise, and for types with no table (`person.updated`,
+ * `household.tag_added`), they stay in the inbox as received, `unhandled`, for a later replay.
+ */
+const unshownWrites = (eventType: string, body: Json): Writes | string => {
+  if (eventType === "contact.created" || eventType === "contact.updated") {
+    const nested = body.contact
+    const record = Predicate.isObject(nested) ? (nested as Json) : withoutContext(body)
+    if (isContact(record)) return { ...noWrites, upserts: [{ resource: "contacts", record: withBook(record, body) }] }
+    return `${eventType}: the payload is not a recognisable contact (spec §6.4: shape not shown); kept in the inbox`
+  }
+  if (eventType === "prospect.updated") {
+    const record = withoutContext(body)
+    if (isProspect(record)) return { ...noWrites, upserts: [{ resource: "prospects", record }] }
+    return `${eventType}: the payload is not a recognisable prospect (spec §6.4: shape not shown); kept in the inbox`
+  }
+  return `no handler for event type ${eventType}; kept in the inbox (replay once one exists)`
+}
+
+/**
+ * The writes of one decoded event. `body` is the delivery as received, for the raw records.
+ * Snapshots are upserted through the warehouse's forward-only guard (an older snapshot never
+ * replaces a newer one, and a snapshot may be newer than its event, spec §6.1); `*.deleted` marks
+ * the record deleted (a tombstone when it was never seen, so a late snapshot cannot resurrect it);
+ * `client.updated` adds its `changed_fields` to `crm.client_changes`; `meeting.transcript_ready`
+ * asks for its transcript to be read.
+ */
+const writesOf = (event: CrmEvent, body: Json): Writes | string => {
+  switch (event._tag) {
+    case "MeetingEvent":
+      return {
+        ...noWrites,
+        upserts: [{ resource: "meetings", record: body.meeting as Json }],
+        transcriptOf: event.event_type === "meeting.transcript_ready" ? event.payload.meeting.id : null
+      }
+    case "TaskEvent":
+      // Status and completed_at come from the same snapshot, so completion and reopening keep
+      // them consistent (spec §3); the guard keeps an older snapshot from undoing a newer one.
+      return { ...noWrites, upserts: [{ resource: "tasks", record: body.task as Json }] }
+    case "NoteEvent": {
+      const householdId = event.payload.household_id
+      return {
+        ...noWrites,
+        upserts: [{ resource: "notes", record: body.note as Json }],
+        noteParent: householdId === null ? null : { id: event.payload.note.id, householdId }
+      }
+    }
+    case "DeletedEvent": {
+      const householdId = event.payload.household_id
+      return {
+        ...noWrites,
+        deletes: [{ resource: deletedResource[event.event_type]!, id: event.payload.id }],
+        noteParent:
+          event.event_type === "note.deleted" && householdId !== null ? { id: event.payload.id, householdId } : null
+      }
+    }
+    case "ClientCreated":
+      return { ...noWrites, upserts: [{ resource: "clients", record: withoutContext(body) }] }
+    case "ClientUpdated":
+      return {
+        ...noWrites,
+        upserts: [{ resource: "clients", record: withBook(body.client as Json, body) }],
+        clientChange: {
+          clientId: event.payload.client.id,
+          changedFields: event.payload.changed_fields,
+          subscriptionId: event.payload.subscription_id,
+          bookId: event.payload.book_id
+        }
+      }
+    case "ProspectCreated":
+      return { ...noWrites, upserts: [{ resource: "prospects", record: withoutContext(body) }] }
+    case "OtherEvent":
+      return unshownWrites(event.event_type, body)
+  }
+}
+
+/**
+ * Decodes one claimed row into its writes, or the final status it gets without any: a body that
+ * does not decode is `dead` at once (trying again cannot help; `replay` after a fix can); an event
+ * type without a handler is `unhandled`, kept for a later replay, never failed. A row is decoded by
+ * its `event_type`, or by its endpoint's fixed type for the events of spec §6.3 that carry none.
+ */
+export const decide = (row: ClaimedRow): Effect.Effect<Decision> =>
+  Effect.gen(function* () {
+    const eventType = row.eventType ?? "unknown"
+    const settle = (status: "unhandled" | "dead", error: string): Decision => ({
+      _tag: "Settle",
+      row,
+      eventType,
+      status,
+      error
+    })
+    const parsed = parseJsonBody(row.body)
+    if (Result.isFailure(parsed)) {
+      return settle("dead", parsed.failure._tag === "TooDeep" ? tooDeep : "the body is not UTF-8 JSON")
+    }
+    const body = parsed.success
+    const decoded = yield* Effect.result(decodeEvent(body, { fixedEventType: row.eventType ?? undefined }))
+    // A body that does not decode will not decode next time either: dead, with the reason.
+    if (Result.isFailure(decoded)) return settle("dead", decoded.failure.message)
+    const writes = writesOf(decoded.success, body as Json)
+    return typeof writes === "string"
+      ? settle("unhandled", writes)
+      : { _tag: "Apply", row, eventType: decoded.success.event_type, writes }
+  })
+
+export type ApplyDecision = Extract<Decision, { _tag: "Apply" }>
+export type SettleDecision = Extract<Decision, { _tag: "Settle" }>
+
+// ---------------------------------------------------------------------------------------------
+// The writes of a batch, grouped per table
+// ---------------------------------------------------------------------------------------------
+
+/** A row to apply, with the transcript read for it, if any. */
+export interface Applying {
+  readonly decision: ApplyDecision
+  readonly transcript?: unknown
+}
+
+/** The warehouse calls a batch makes, in the order they are made. */
+export interface BatchWrites {
+  /** Per table in name order, records in id order, each with the time it stands for. */
+  readonly upserts: ReadonlyArray<{
+    readonly resource: Resource
+    readonly records: ReadonlyArray<Json>
+    readonly orderedAt: ReadonlyArray<string>
+  }>
+  readonly transcripts: ReadonlyArray<Json>
+  /** Per table: distinct ids in order, and when they were deleted (epoch ms). */
+  readonly deletes: ReadonlyArray<{
+    readonly resource: Resource
+    readonly ids: ReadonlyArray<string>
+    readonly at: number
+  }>
+  readonly noteParents: ReadonlyArray<{ readonly id: string; readonly householdId: string }>
+  readonly clientChanges: ReadonlyArray<ClientChange>
+}
+
+/** The `updated_at` of a raw snapshot, in epoch ms (0 when it has none). */
+const snapshotMillis = (record: Json): number => {
+  const value = record.updated_at
+  const millis = Predicate.isString(value) ? Date.parse(value) : Number.NaN
+  return Number.isNaN(millis) ? 0 : millis
+}
+
+/** The writes of several rows, grouped per table and in a fixed order. */
+export const groupWrites = (items: ReadonlyArray<Applying>): BatchWrites => {
+  const upserts = new Map<Resource, Array<{ readonly record: Json; readonly at: string }>>()
+  const deletes = new Map<Resource, { ids: Array<string>; at: number }>()
+  const noteParents: Array<{ readonly id: string; readonly householdId: string }> = []
+  const clientChanges: Array<ClientChange> = []
+  const transcripts: Array<Json> = []
+  for (const { decision, transcript } of items) {
+    const { row, writes } = decision
+    // A snapshot without an updated_at of its own (a client) stands for when it was signed.
+    const at = (row.signedAt ?? row.receivedAt).toISOString()
+    for (const { resource, record } of writes.upserts) {
+      const list = upserts.get(resource) ?? []
+      list.push({ record, at })
+      upserts.set(resource, list)
+    }
+    for (const { resource, id } of writes.deletes) {
+      const entry = deletes.get(resource) ?? { ids: [], at: 0 }
+      entry.ids.push(id)
+      entry.at = Math.max(entry.at, row.receivedAt.getTime())
+      deletes.set(resource, entry)
+    }
+    if (writes.noteParent !== null) noteParents.push(writes.noteParent)
+    if (writes.clientChange !== null) {
+      // `client.updated` history (spec §6.3), keyed by hook-id.
+      const change = writes.clientChange
+      clientChanges.push({
+        hookId: row.hookId,
+        clientId: change.clientId,
+        changedFields: change.changedFields,
+        subscriptionId: change.subscriptionId,
+        bookId: change.bookId,
+        receivedAt: DateTime.fromDateUnsafe(row.receivedAt)
+      })
+    }
+    if (Predicate.isObject(transcript)) transcripts.push(transcript as Json)
+  }
+  return {
+    // Ids in a fixed order, so two processors writing overlapping batches lock rows in the
+    // same order and cannot deadlock (sort is stable: repeats of an id keep their order).
+    upserts: [...upserts.entries()]
+      .toSorted(([a], [b]) => a.localeCompare(b))
+      .map(([resource, items]) => {
+        const ordered = items.toSorted((a, b) => String(a.record.id).localeCompare(String(b.record.id)))
+        return { resource, records: ordered.map((item) => item.record), orderedAt: ordered.map((item) => item.at) }
+      }),
+    transcripts,
+    // A record created and deleted within one batch ends deleted (deletes follow the upserts).
+    // The deletion time is when the delivery arrived (the envelope carries none), and at least
+    // the newest snapshot of the batch, so no snapshot already seen can undo it.
+    deletes: [...deletes].map(([resource, { ids, at }]) => ({
+      resource,
+      ids: [...new Set(ids)].toSorted(),
+      at: Math.max(at, ...(upserts.get(resource) ?? []).map((item) => snapshotMillis(item.record)))
+    })),
+    noteParents,
+    clientChanges
+  }
+}
+
+/** Applies the writes of several rows; run it in the transaction that settles them. */
+export const applyWrites = Effect.fnUntraced(function* (
+  warehouse: Warehouse["Service"],
+  items: ReadonlyArray<Applying>
+) {
+  const writes = groupWrites(items)
+  for (const { resource, records, orderedAt } of writes.upserts) {
+    yield* warehouse.upsert(resource, records, { source: "webhook", orderedAt })
+  }
+  if (writes.transcripts.length > 0) {
+    yield* warehouse.upsert("meeting_transcripts", writes.transcripts, { source: "webhook" })
+  }
+  // After the upserts: a record created and deleted within one batch ends deleted.
+  for (const { resource, ids, at } of writes.deletes) {
+    yield* warehouse.markDeleted(resource, ids, DateTime.makeUnsafe(at), { source: "webhook" })
+  }
+  // Spec §6.3: a note envelope's top-level household_id is retained after deletion.
+  yield* warehouse.keepNoteHouseholds(writes.noteParents)
+  // `client.updated` history, one statement for the batch.
+  yield* warehouse.recordClientChanges(writes.clientChanges)
+})
