@@ -2,8 +2,8 @@
  * How crm-sync tells things in one line — in logs, `job_runs.error`, the inbox's `last_error`, the
  * command line's last word: an error's own message (else its cause's, else its tag), whitespace
  * collapsed and cut short. Never a payload: the messages come from crm-sync's own errors, which
- * name fields and ids, not values. A share as a percentage, and a duration in words. A leaf:
- * every layer may use it.
+ * name fields and ids, not values. A share as a percentage, a duration in words, and the
+ * column-aligned tables the commands print. A leaf: every layer may use it.
  */
 import { formatDuration as durationInWords, intervalToDuration } from "date-fns"
 import { Cause, Predicate } from "effect"
@@ -56,4 +56,22 @@ export const formatDuration = (ms: number): string => {
   const units = ["years", "months", "days", "hours", "minutes"] as const
   const first = units.findIndex((unit) => (parts[unit] ?? 0) > 0)
   return durationInWords(parts, { format: units.slice(first, first + 2), locale: shortUnits })
+}
+
+/**
+ * A table as the commands print it: the header over the rows, columns two spaces apart, the first
+ * `leftColumns` (names) padded on the right and the rest (figures) on the left, trailing spaces cut.
+ */
+export const textTable = (
+  header: ReadonlyArray<string>,
+  rows: ReadonlyArray<ReadonlyArray<string>>,
+  leftColumns: number
+): ReadonlyArray<string> => {
+  const widths = header.map((title, column) => Math.max(title.length, ...rows.map((cells) => cells[column]!.length)))
+  const line = (cells: ReadonlyArray<string>) =>
+    cells
+      .map((cell, column) => (column < leftColumns ? cell.padEnd(widths[column]!) : cell.padStart(widths[column]!)))
+      .join("  ")
+      .trimEnd()
+  return [line(header), ...rows.map(line)]
 }
