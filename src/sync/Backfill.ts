@@ -271,10 +271,11 @@ const backfillResource = (client: CrmClientShape, resource: BackfillResource, di
 const finishedEarlier = (resources: ReadonlyArray<BackfillResource>) =>
   Effect.flatMap(JobRuns, (jobRuns) => jobRuns.backfilledSince(resources))
 
+const usage = (message: string) => new SyncError({ job: "backfill", reason: new Usage({ message }) })
+
 /** The resources `--resource` selects (all by default); a usage error without a connection. */
 const selection = Effect.fnUntraced(function* (options: BackfillOptions | undefined) {
   const config = yield* AppConfig
-  const usage = (message: string) => new SyncError({ job: "backfill", reason: new Usage({ message }) })
   let resources: ReadonlyArray<BackfillResource> = BackfillResources
   if (options?.resource !== undefined) {
     const parsed = parseBackfillResource(options.resource)

@@ -18,7 +18,7 @@ import { SqlClient } from "effect/sql/SqlClient"
 import { type CrmClientShape, CrmPermitSpent, type NoteParent, type Received } from "../crm/CrmClient.ts"
 import type { CrmError } from "../crm/CrmError.ts"
 import { type KnownRecord, Warehouse } from "../warehouse/Warehouse.ts"
-import { idOf, PER_PAGE } from "./PageCrawler.ts"
+import { idOf, PER_PAGE } from "./PageFetcher.ts"
 
 /** The resources read one id at a time. */
 export const ByIdResources = ["tasks", "meetings", "notes"] as const

@@ -47,7 +47,7 @@ import { type JobOutcome, JobRuns } from "./JobRuns.ts"
 import { type ByIdReport, reconcileById } from "./ByIdReconcile.ts"
 import { CrawlRuns, shortReadSlack } from "./CrawlRuns.ts"
 import { Cursors } from "./Cursors.ts"
-import { idOf, PER_PAGE } from "./PageCrawler.ts"
+import { idOf, PER_PAGE } from "./PageFetcher.ts"
 import { Crm, Database, type JobFailure, SyncError, toSyncError, Usage } from "./SyncError.ts"
 import { SyncServicesLive } from "./SyncJobs.ts"
 
