@@ -2,8 +2,8 @@
  * How crm-sync tells things in one line — in logs, `job_runs.error`, the inbox's `last_error`, the
  * command line's last word: an error's own message (else its cause's, else its tag), whitespace
  * collapsed and cut short. Never a payload: the messages come from crm-sync's own errors, which
- * name fields and ids, not values. A share as a percentage, and a duration in words. A leaf:
- * every layer may use it.
+ * name fields and ids, not values. A share as a percentage, a duration in words, and the
+ * column-aligned tables the commands print. A leaf: every layer may use it.
  */
 // By path: the package index loads every date-fns function (3 s and 500 MB at startup, measured).
 import { formatDuration as durationInWords } from "date-fns/formatDuration"
@@ -47,4 +47,22 @@ export const formatDuration = (ms: number): string => {
   const parts = { days: Math.floor(minutes / 1_440), hours: Math.floor(minutes / 60) % 24, minutes: minutes % 60 }
   const units = (["days", "hours", "minutes"] as const).filter((unit) => parts[unit] > 0)
   return durationInWords(parts, { format: [...units.slice(0, 2)], locale: shortUnits })
+}
+
+/**
+ * A table as the commands print it: the header over the rows, columns two spaces apart, the first
+ * `leftColumns` (names) padded on the right and the rest (figures) on the left, trailing spaces cut.
+ */
+export const textTable = (
+  header: ReadonlyArray<string>,
+  rows: ReadonlyArray<ReadonlyArray<string>>,
+  leftColumns: number
+): ReadonlyArray<string> => {
+  const widths = header.map((title, column) => Math.max(title.length, ...rows.map((cells) => cells[column]!.length)))
+  const line = (cells: ReadonlyArray<string>) =>
+    cells
+      .map((cell, column) => (column < leftColumns ? cell.padEnd(widths[column]!) : cell.padStart(widths[column]!)))
+      .join("  ")
+      .trimEnd()
+  return [line(header), ...rows.map(line)]
 }

@@ -3,24 +3,22 @@
  * `GET /v1/tasks/{id}`, `GET /v1/meetings/{id}` and the three note paths), so they arrive by
  * webhook alone, and a delivery the sender gave up on, or the events of a time without a
  * subscription (spec §3), would leave their rows stale for good. A run re-reads the ids the
- * warehouse knows, least recently checked first (`crm_sync.by_id_checks`), within a cap: a newer
- * version is written (`source = reconcile`, forward-only), a 404 marks the row deleted, and the
- * single-meeting read fills `event_participants`, which no event carries.
- *
- * Clients, prospects and contacts have neither a listing nor a single-record read: nothing can
- * repair them but their next event (docs/reliability.md, "What reconciliation can repair").
- *
- * Only rows in the connection's own books are read (`GET /v1/books`): with several connections on
- * one warehouse, a record another connection's user sees would answer 404 here without being gone.
+ * warehouse knows in the connection's books, least recently checked first (`crm_sync.by_id_checks`),
+ * within a cap: a newer version is written (`source = reconcile`, forward-only), a 404 marks the row
+ * deleted, and the single-meeting read fills `event_participants`, which no event carries.
  */
 import { DateTime, Effect } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
 import { type CrmClientShape, CrmPermitSpent, type NoteParent, type Received } from "../crm/CrmClient.ts"
 import type { CrmError } from "../crm/CrmError.ts"
 import { type KnownRecord, Warehouse } from "../warehouse/Warehouse.ts"
-import { idOf, PER_PAGE } from "./PageCrawler.ts"
+import { idOf, PER_PAGE } from "./PageFetcher.ts"
 
-/** The resources read one id at a time. */
+/**
+ * The resources read one id at a time. Clients, prospects and contacts have neither a listing nor
+ * a single-record read: nothing can repair them but their next event (docs/reliability.md, "What
+ * reconciliation can repair").
+ */
 export const ByIdResources = ["tasks", "meetings", "notes"] as const
 export type ByIdResource = (typeof ByIdResources)[number]
 
@@ -84,7 +82,11 @@ export const noteParentOf = (
 const isForbidden = (error: CrmError) => error.reason._tag === "Forbidden"
 const isNotFound = (error: CrmError) => error.reason._tag === "NotFound"
 
-/** Every book the connection's token sees (one request per 100 books). */
+/**
+ * Every book the connection's token sees (one request per 100 books). Only rows in the
+ * connection's own books are read: with several connections on one warehouse, a record another
+ * connection's user sees would answer 404 here without being gone.
+ */
 const booksOf = (client: CrmClientShape) =>
   Effect.gen(function* () {
     const ids: Array<string> = []
@@ -113,13 +115,66 @@ const readOne = (client: CrmClientShape, row: Candidate): Effect.Effect<Received
   }
 }
 
+/** Who goes first: never checked before least recently checked, then least recently written. */
+export const leastRecentlyChecked = (
+  known: ReadonlyArray<KnownRecord>,
+  checkedAt: ReadonlyMap<string, number>
+): ReadonlyArray<KnownRecord> => {
+  const order = (row: KnownRecord) => checkedAt.get(`${row.resource}/${row.id}`) ?? Number.NEGATIVE_INFINITY
+  return known.toSorted(
+    (a, b) =>
+      order(a) - order(b) ||
+      a.synced_ms - b.synced_ms ||
+      a.resource.localeCompare(b.resource) ||
+      (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)
+  )
+}
+
+/** Notes when a record was checked by id, and what was found. */
+const recordCheck = (connection: string, row: Candidate, outcome: Outcome) =>
+  Effect.flatMap(
+    SqlClient,
+    (sql) => sql`
+      INSERT INTO crm_sync.by_id_checks (connection, resource, id, checked_at, outcome)
+      VALUES (${connection}, ${row.resource}, ${row.id}, now(), ${outcome})
+      ON CONFLICT (connection, resource, id) DO UPDATE SET checked_at = excluded.checked_at, outcome = excluded.outcome`
+  )
+
+/** Reads one candidate (its requests counted by `count`) and writes what differs. */
+const checkOne = (
+  client: CrmClientShape,
+  row: Candidate,
+  count: <A, E>(effect: Effect.Effect<A, E>) => Effect.Effect<A, E>
+) =>
+  Effect.gen(function* () {
+    const warehouse = yield* Warehouse
+    const read = readOne(client, row)
+    if (read === undefined) return "unreadable" as const
+    const received = yield* count(read).pipe(
+      Effect.map((value) => ({ _tag: "Read" as const, value })),
+      Effect.catchIf(
+        (error) => isNotFound(error) || isForbidden(error),
+        (error) => Effect.succeed({ _tag: isNotFound(error) ? ("Gone" as const) : ("Forbidden" as const) })
+      )
+    )
+    if (received._tag === "Forbidden") return "unreadable" as const
+    if (received._tag !== "Read") {
+      const { deleted } = yield* warehouse.markDeleted(row.resource, [row.id], yield* DateTime.now, {
+        source: "reconcile"
+      })
+      return deleted > 0 ? ("deleted" as const) : ("current" as const)
+    }
+    const counts = yield* warehouse.upsert(row.resource, [received.value.raw], { source: "reconcile" })
+    if (counts.rejected > 0) return "rejected" as const
+    return counts.inserted + counts.updated > 0 ? ("repaired" as const) : ("current" as const)
+  })
+
 /**
  * Re-reads known ids of the connection's tasks, meetings and notes, least recently checked first,
  * until `cap` requests have been sent (the last read's retries may overrun it by a few). A CRM
  * failure other than 404/403 ends the pass with that error (what was checked stays recorded).
  */
 export const reconcileById = Effect.fnUntraced(function* (client: CrmClientShape, cap: number) {
-  const sql = yield* SqlClient
   const warehouse = yield* Warehouse
   const connection = client.connection.name
   // Counted here for the cap, and passed on to the caller's counter (the run's total).
@@ -135,69 +190,26 @@ export const reconcileById = Effect.fnUntraced(function* (client: CrmClientShape
   // Nothing known: not even the books are worth a request.
   if (anyLive === 0 || cap <= 0) return emptyByIdReport
 
-  const books = yield* counted(booksOf(client))
-  const known = yield* warehouse.knownInBooks(books)
-  // Least recently checked first (never checked before all), then least recently written.
-  const checkedAt = yield* lastChecks(connection)
-  const order = (row: KnownRecord) => checkedAt.get(`${row.resource}/${row.id}`) ?? Number.NEGATIVE_INFINITY
+  const known = yield* warehouse.knownInBooks(yield* counted(booksOf(client)))
   // At most one request per candidate: the cap bounds how many are worth taking.
-  const candidates = known
-    .toSorted(
-      (a, b) =>
-        order(a) - order(b) ||
-        a.synced_ms - b.synced_ms ||
-        a.resource.localeCompare(b.resource) ||
-        (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)
-    )
-    .slice(0, Math.max(0, cap - requests))
-  const total = { n: known.length }
-
+  const candidates = leastRecentlyChecked(known, yield* lastChecks(connection)).slice(0, Math.max(0, cap - requests))
   const tally: Record<Outcome, number> = { current: 0, repaired: 0, deleted: 0, rejected: 0, unreadable: 0 }
-  const record = (row: Candidate, outcome: Outcome) =>
-    sql`
-      INSERT INTO crm_sync.by_id_checks (connection, resource, id, checked_at, outcome)
-      VALUES (${connection}, ${row.resource}, ${row.id}, now(), ${outcome})
-      ON CONFLICT (connection, resource, id) DO UPDATE SET checked_at = excluded.checked_at, outcome = excluded.outcome`
-
-  const check = (row: Candidate) =>
-    Effect.gen(function* () {
-      const read = readOne(client, row)
-      if (read === undefined) return "unreadable" as const
-      const received = yield* counted(read).pipe(
-        Effect.map((value) => ({ _tag: "Read" as const, value })),
-        Effect.catchIf(
-          (error) => isNotFound(error) || isForbidden(error),
-          (error) => Effect.succeed({ _tag: isNotFound(error) ? ("Gone" as const) : ("Forbidden" as const) })
-        )
-      )
-      if (received._tag === "Forbidden") return "unreadable" as const
-      if (received._tag !== "Read") {
-        const { deleted } = yield* warehouse.markDeleted(row.resource, [row.id], yield* DateTime.now, {
-          source: "reconcile"
-        })
-        return deleted > 0 ? ("deleted" as const) : ("current" as const)
-      }
-      const counts = yield* warehouse.upsert(row.resource, [received.value.raw], { source: "reconcile" })
-      if (counts.rejected > 0) return "rejected" as const
-      return counts.inserted + counts.updated > 0 ? ("repaired" as const) : ("current" as const)
-    })
-
   let checked = 0
   for (const row of candidates) {
     if (requests >= cap) break
-    const outcome = yield* check(row)
-    yield* record(row, outcome)
+    const outcome = yield* checkOne(client, row, counted)
+    yield* recordCheck(connection, row, outcome)
     tally[outcome] += 1
     checked += 1
   }
   return {
-    known: total?.n ?? 0,
+    known: known.length,
     checked,
     repaired: tally.repaired,
     deleted: tally.deleted,
     rejected: tally.rejected,
     unreadable: tally.unreadable,
-    not_reached: Math.max(0, (total?.n ?? 0) - checked),
+    not_reached: Math.max(0, known.length - checked),
     requests
   } satisfies ByIdReport
 })

@@ -14,7 +14,7 @@ import type { CrmClientShape } from "../crm/CrmClient.ts"
 import type { Source, UpsertResult } from "../warehouse/Warehouse.ts"
 import { addUpsertResults, noWrites, Warehouse } from "../warehouse/Warehouse.ts"
 import { CrawlRuns } from "./CrawlRuns.ts"
-import { idOf } from "./PageCrawler.ts"
+import { idOf } from "./PageFetcher.ts"
 import { type SyncError, toSyncError } from "./SyncError.ts"
 
 export interface ReferenceProgress {

@@ -5,7 +5,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { formatDuration } from "../../src/observability/Text.ts"
 import { describe as describeProgress, estimateMs, etaText, formatLimit } from "../../src/sync/BackfillProgress.ts"
-import { renderSummary } from "../../src/sync/Backfill.ts"
+import { renderSummary } from "../../src/sync/BackfillSummary.ts"
 
 describe("backfill progress", () => {
   it("formats durations and limits", () => {

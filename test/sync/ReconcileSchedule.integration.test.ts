@@ -6,7 +6,7 @@
 import { assert, layer } from "@effect/vitest"
 import { Effect, Exit, Layer, Scope } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
-import { ReconcileSchedulerLive } from "../../src/sync/Reconciler.ts"
+import { ReconcileSchedulerLive } from "../../src/sync/ReconcileSchedule.ts"
 import { harness } from "./harness.ts"
 
 const runs = Effect.gen(function* () {

@@ -13,12 +13,9 @@ import { AppConfig } from "../../src/config/AppConfig.ts"
 import { RateBudget } from "../../src/budget/RateBudget.ts"
 import { Credentials } from "../../src/crm/Credentials.ts"
 import { Sandbox } from "@crm-sync/sandbox"
-import {
-  type ReconcileReport,
-  reconcile,
-  ReconcileResources,
-  ReconcileSchedulerLive
-} from "../../src/sync/Reconciler.ts"
+import { reconcile } from "../../src/sync/Reconciler.ts"
+import { type ReconcileReport, ReconcileResources } from "../../src/sync/ReconcileReport.ts"
+import { ReconcileSchedulerLive } from "../../src/sync/ReconcileSchedule.ts"
 import { SyncServicesLive } from "../../src/sync/SyncJobs.ts"
 import { Warehouse } from "../../src/warehouse/Warehouse.ts"
 import { TestDatabase } from "../support/TestDatabase.ts"
