@@ -46,7 +46,7 @@ export const formatDuration = (ms: number): string => {
   const minutes = ms < 172_800_000 ? Math.round(ms / 60_000) : Math.round(ms / 3_600_000) * 60
   const parts = { days: Math.floor(minutes / 1_440), hours: Math.floor(minutes / 60) % 24, minutes: minutes % 60 }
   const units = (["days", "hours", "minutes"] as const).filter((unit) => parts[unit] > 0)
-  return durationInWords(parts, { format: [...units.slice(0, 2)], locale: shortUnits })
+  return durationInWords(parts, { format: units.slice(0, 2), locale: shortUnits })
 }
 
 /**
