@@ -22,7 +22,7 @@ import {
   UpdateMeetingInput,
   UpdateNoteInput,
   UpdateTaskInput
-} from "./Actions.ts"
+} from "./ActionInputs.ts"
 import { RECORD_KINDS, type RecordKind, SandboxAdmin } from "./Admin.ts"
 import { decodeBody } from "./Api.ts"
 import { type ApiError, badRequest, invalidJson, notFound } from "./errors.ts"

@@ -5,13 +5,8 @@
  * in the credential's company; records of other books answer 404 like unknown ids.
  */
 import { Effect, Schema } from "effect"
-import {
-  type DriftTarget,
-  type PersonInput,
-  PersonInput as PersonSchema,
-  ProspectInput,
-  SandboxActions
-} from "./Actions.ts"
+import { type DriftTarget, type PersonInput, PersonInput as PersonSchema, ProspectInput } from "./ActionInputs.ts"
+import { SandboxActions } from "./Actions.ts"
 import type { Credential } from "./Auth.ts"
 import type { Collection, ListQuery } from "./Collection.ts"
 import { type ApiError, badRequest, forbidden, notFound, validationFailed } from "./errors.ts"
