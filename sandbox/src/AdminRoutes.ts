@@ -175,7 +175,7 @@ const stateRoutes = (admin: Admin): ReadonlyArray<AdminRoute> => [
   )
 ]
 
-const credentialRoutes = (admin: Admin): ReadonlyArray<AdminRoute> => [
+const tokenRoutes = (admin: Admin): ReadonlyArray<AdminRoute> => [
   route("GET", "/_sandbox/tokens", () => Effect.map(admin.tokens, ok)),
   route(
     "POST",
@@ -197,7 +197,11 @@ const credentialRoutes = (admin: Admin): ReadonlyArray<AdminRoute> => [
     "/_sandbox/tokens/:id",
     withBody(TokenPatch, (body, request) => admin.setTokenWrite(param(request, "id"), body.can_write), ok)
   ),
-  route("DELETE", "/_sandbox/tokens/:id", withParam("id", admin.revokeToken, none)),
+  route("DELETE", "/_sandbox/tokens/:id", withParam("id", admin.revokeToken, none))
+]
+
+/** OAuth apps, the signed-in user of the authorization step, and connections made without it. */
+const appRoutes = (admin: Admin): ReadonlyArray<AdminRoute> => [
   route("GET", "/_sandbox/apps", () => Effect.map(admin.apps, ok)),
   route(
     "POST",
@@ -481,7 +485,8 @@ export const makeAdminRoutes = Effect.gen(function* () {
   const admin = yield* SandboxAdmin
   const routes: ReadonlyArray<AdminRoute> = [
     ...stateRoutes(admin),
-    ...credentialRoutes(admin),
+    ...tokenRoutes(admin),
+    ...appRoutes(admin),
     ...accessRoutes(admin),
     ...webhookRoutes(admin),
     ...logAndFaultRoutes(admin),
