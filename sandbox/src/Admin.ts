@@ -202,6 +202,223 @@ const subscriptionInfo = (world: World, subscription: Subscription): Subscriptio
   created_at: iso(subscription.createdAt)
 })
 
+type AdminService = SandboxAdmin["Service"]
+
+/** The services the admin handle composes. */
+interface AdminDeps {
+  readonly options: SandboxConfig["Service"]
+  readonly clock: SandboxClock["Service"]
+  readonly store: SandboxStore["Service"]
+  readonly auth: SandboxAuth["Service"]
+  readonly webhooks: SandboxWebhooks["Service"]
+  readonly limiter: SandboxRateLimiter["Service"]
+  readonly idempotency: SandboxIdempotency["Service"]
+  readonly faults: SandboxFaults["Service"]
+  readonly requestLog: SandboxRequestLog["Service"]
+  readonly actions: SandboxActions["Service"]
+}
+
+/** The world at a glance, rendered for `GET /_sandbox`. */
+export const sandboxState = (
+  world: World,
+  bootstrap: { readonly pat: PersonalToken; readonly app: OAuthApp },
+  clock: { readonly now: number; readonly offsetMs: number; readonly seed: number }
+): SandboxState => ({
+  now: iso(clock.now),
+  clock_offset_ms: clock.offsetMs,
+  seed: clock.seed,
+  companies: world.companies.map((company) => ({
+    id: company.id,
+    name: company.name,
+    partner_own: company.ordinal === 0
+  })),
+  users: world.users.map((user) => ({
+    id: user.id,
+    email: user.email,
+    first_name: user.first_name,
+    last_name: user.last_name,
+    active: user.active,
+    company_ids: user.companies.map((ordinal) => companyId(world, ordinal))
+  })),
+  books: world.books.map((book) => ({
+    id: book.id,
+    name: book.name,
+    company_id: companyId(world, book.company),
+    user_ids: [...book.members].toSorted(),
+    team_ids: book.teams
+  })),
+  teams: world.teams.map((team) => ({ id: team.id, name: team.name, company_id: companyId(world, team.company) })),
+  tags: world.tags.flatMap((tags, ordinal) =>
+    tags.map((tag) => ({ id: tag.id, name: tag.name, company_id: companyId(world, ordinal) }))
+  ),
+  custom_fields: world.customFields,
+  counts: {
+    ...(Object.fromEntries(RECORD_KINDS.map((kind) => [kind, collectionOf(world, kind).totalCount] as const)) as Record<
+      RecordKind,
+      number
+    >),
+    project_templates: world.templates.length
+  },
+  credentials: { personal_access_token: tokenInfo(world, bootstrap.pat), oauth_app: appInfo(world, bootstrap.app) }
+})
+
+const state = (deps: AdminDeps) =>
+  Effect.gen(function* () {
+    const world = yield* deps.store.world
+    const bootstrap = yield* deps.auth.bootstrap
+    const now = yield* deps.clock.now
+    const offsetMs = yield* deps.clock.offsetMs
+    return sandboxState(world, bootstrap, { now, offsetMs, seed: deps.options.seed })
+  })
+
+const reset = (deps: AdminDeps) =>
+  Effect.gen(function* () {
+    yield* deps.webhooks.reset
+    yield* deps.store.reset
+    yield* deps.auth.reset
+    yield* deps.limiter.reset
+    yield* deps.idempotency.reset
+    yield* deps.faults.clear
+    yield* deps.requestLog.clear
+    yield* deps.clock.reset
+  }).pipe(Effect.withSpan("SandboxAdmin.reset"))
+
+const advanceClock = Effect.fn("SandboxAdmin.advanceClock")(function* (
+  clock: SandboxClock["Service"],
+  by: Duration.Input | string
+) {
+  const duration = parseDuration(by)
+  if (Option.isNone(duration)) return yield* badRequest(`not a duration: ${String(by)}`, "invalid_request")
+  const offset = yield* clock.advance(Duration.toMillis(duration.value))
+  return { now: iso(yield* clock.now), offset_ms: offset }
+})
+
+const records = Effect.fn("SandboxAdmin.records")(function* (
+  store: SandboxStore["Service"],
+  kind: RecordKind,
+  recordOptions: { readonly bookId?: string | undefined; readonly limit?: number | undefined; readonly offset?: number }
+) {
+  const world = yield* store.world
+  const collection = collectionOf(world, kind)
+  let books = world.books.map((book) => book.ordinal)
+  if (recordOptions.bookId !== undefined) {
+    const book = world.booksById.get(recordOptions.bookId)
+    if (book === undefined) return yield* notFound(`book ${recordOptions.bookId} not found`)
+    books = [book.ordinal]
+  }
+  const page = collection.list({ books, offset: recordOptions.offset ?? 0, limit: recordOptions.limit ?? 100 })
+  return page.indexes.map((index) => collection.get(index)!)
+})
+
+const userById = Effect.fnUntraced(function* (store: SandboxStore["Service"], userId: string) {
+  const user = (yield* store.world).usersById.get(userId)
+  if (user === undefined) return yield* notFound(`user ${userId} not found`)
+  return user
+})
+
+/** The book, once the user is known to be in the book's company. */
+const membership = Effect.fnUntraced(function* (store: SandboxStore["Service"], bookId: string, userId: string) {
+  const world = yield* store.world
+  const book = world.booksById.get(bookId)
+  if (book === undefined) return yield* notFound(`book ${bookId} not found`)
+  const user = yield* userById(store, userId)
+  if (!user.companies.includes(book.company)) {
+    return yield* badRequest(`user ${userId} is not in the book's company`, "invalid_request")
+  }
+  return book
+})
+
+const connectionKey = Effect.fnUntraced(function* (store: SandboxStore["Service"], input: ConnectionInput) {
+  const world = yield* store.world
+  const company = companyOrdinal(world, input.companyId)
+  if (company === undefined) return yield* notFound(`company ${input.companyId} not found`)
+  return { clientId: input.clientId, userId: input.userId, company }
+})
+
+/** Tokens, apps and connections, rendered in the admin API's snake_case. */
+const credentialMethods = ({ store, auth, webhooks }: AdminDeps) => {
+  const withWorld = <A>(f: (world: World) => A) => Effect.map(store.world, f)
+  return {
+    createToken: (input) => Effect.flatMap(auth.createPat(input), (pat) => withWorld((world) => tokenInfo(world, pat))),
+    setTokenWrite: (id, canWrite) =>
+      Effect.flatMap(auth.setPatWrite(id, canWrite), (pat) => withWorld((world) => tokenInfo(world, pat))),
+    revokeToken: auth.revokePat,
+    tokens: Effect.flatMap(auth.pats, (pats) => withWorld((world) => pats.map((pat) => tokenInfo(world, pat)))),
+    registerApp: (input) => Effect.flatMap(auth.createApp(input), (app) => withWorld((world) => appInfo(world, app))),
+    updateApp: (clientId, patch) =>
+      Effect.flatMap(auth.updateApp(clientId, patch), (app) => withWorld((world) => appInfo(world, app))),
+    rotateAppSecret: (clientId) =>
+      Effect.flatMap(auth.rotateSecret(clientId), (app) => withWorld((world) => appInfo(world, app))),
+    deleteApp: Effect.fn("SandboxAdmin.deleteApp")(function* (clientId: string) {
+      yield* auth.deleteApp(clientId)
+      yield* webhooks.removeApp(clientId)
+    }),
+    apps: Effect.flatMap(auth.apps, (apps) => withWorld((world) => apps.map((app) => appInfo(world, app)))),
+    setOAuthApprover: auth.setApprover,
+    connect: auth.connect,
+    disconnect: Effect.fn("SandboxAdmin.disconnect")(function* (input: ConnectionInput) {
+      const key = yield* connectionKey(store, input)
+      yield* auth.disconnect(key)
+      yield* webhooks.unsubscribe(key)
+    })
+  } satisfies Partial<AdminService>
+}
+
+/** Users' activation and book access. */
+const accessMethods = ({ store }: AdminDeps) =>
+  ({
+    deactivateUser: Effect.fn("SandboxAdmin.deactivateUser")(function* (userId: string) {
+      const user = yield* userById(store, userId)
+      user.active = false
+    }),
+    activateUser: Effect.fn("SandboxAdmin.activateUser")(function* (userId: string) {
+      const user = yield* userById(store, userId)
+      user.active = true
+    }),
+    revokeBookAccess: Effect.fn("SandboxAdmin.revokeBookAccess")(function* (bookId: string, userId: string) {
+      const book = yield* membership(store, bookId, userId)
+      book.members.delete(userId)
+    }),
+    grantBookAccess: Effect.fn("SandboxAdmin.grantBookAccess")(function* (bookId: string, userId: string) {
+      const book = yield* membership(store, bookId, userId)
+      book.members.add(userId)
+    })
+  }) satisfies Partial<AdminService>
+
+/** Endpoints, subscriptions and the message and delivery logs. */
+const webhookMethods = ({ store, webhooks }: AdminDeps) =>
+  ({
+    registerEndpoint: (input) => Effect.map(webhooks.registerEndpoint(input), endpointInfo),
+    updateEndpoint: (id, patch) => Effect.map(webhooks.updateEndpoint(id, patch), endpointInfo),
+    removeEndpoint: webhooks.removeEndpoint,
+    endpoints: Effect.map(webhooks.endpoints, (endpoints) => endpoints.map(endpointInfo)),
+    subscriptions: Effect.flatMap(webhooks.subscriptions, (subscriptions) =>
+      Effect.map(store.world, (world) => subscriptions.map((subscription) => subscriptionInfo(world, subscription)))
+    ),
+    flushDebounce: webhooks.flushDebounce,
+    messages: webhooks.messages,
+    deliveries: webhooks.deliveries,
+    clearDeliveries: webhooks.clearLogs,
+    lastDeliverySeq: webhooks.lastDeliverySeq
+  }) satisfies Partial<AdminService>
+
+/** The request log, fault rules and rate limits, passed through. */
+const logAndLimitMethods = ({ requestLog, faults, limiter }: AdminDeps) =>
+  ({
+    requests: requestLog.entries,
+    lastRequestSeq: requestLog.lastSeq,
+    clearRequests: requestLog.clear,
+    addFault: faults.add,
+    removeFault: faults.remove,
+    faults: faults.list,
+    clearFaults: faults.clear,
+    rateLimits: limiter.buckets,
+    resetRateLimits: limiter.reset,
+    setCotenant: limiter.setCotenant,
+    chargeRateLimit: limiter.charge,
+    setRateLimits: limiter.setLimits
+  }) satisfies Partial<AdminService>
+
 export class SandboxAdmin extends Context.Service<
   SandboxAdmin,
   {
@@ -280,187 +497,28 @@ export class SandboxAdmin extends Context.Service<
   static readonly layer = Layer.effect(
     SandboxAdmin,
     Effect.gen(function* () {
-      const options = yield* SandboxConfig
-      const clock = yield* SandboxClock
-      const store = yield* SandboxStore
-      const auth = yield* SandboxAuth
-      const webhooks = yield* SandboxWebhooks
-      const limiter = yield* SandboxRateLimiter
-      const idempotency = yield* SandboxIdempotency
-      const faults = yield* SandboxFaults
-      const requestLog = yield* SandboxRequestLog
-      const actions = yield* SandboxActions
-
-      const withWorld = <A>(f: (world: World) => A) => Effect.map(store.world, f)
-
-      const userById = Effect.fnUntraced(function* (userId: string) {
-        const user = (yield* store.world).usersById.get(userId)
-        if (user === undefined) return yield* notFound(`user ${userId} not found`)
-        return user
-      })
-
-      const membership = Effect.fnUntraced(function* (bookId: string, userId: string) {
-        const world = yield* store.world
-        const book = world.booksById.get(bookId)
-        if (book === undefined) return yield* notFound(`book ${bookId} not found`)
-        const user = yield* userById(userId)
-        if (!user.companies.includes(book.company)) {
-          return yield* badRequest(`user ${userId} is not in the book's company`, "invalid_request")
-        }
-        return book
-      })
-
-      const connectionKey = Effect.fnUntraced(function* (input: ConnectionInput) {
-        const world = yield* store.world
-        const company = companyOrdinal(world, input.companyId)
-        if (company === undefined) return yield* notFound(`company ${input.companyId} not found`)
-        return { clientId: input.clientId, userId: input.userId, company }
-      })
-
-      const state = Effect.gen(function* () {
-        const world = yield* store.world
-        const { pat, app } = yield* auth.bootstrap
-        const counts = Object.fromEntries(
-          RECORD_KINDS.map((kind) => [kind, collectionOf(world, kind).totalCount] as const)
-        ) as Record<RecordKind, number>
-        const result: SandboxState = {
-          now: iso(yield* clock.now),
-          clock_offset_ms: yield* clock.offsetMs,
-          seed: options.seed,
-          companies: world.companies.map((company) => ({
-            id: company.id,
-            name: company.name,
-            partner_own: company.ordinal === 0
-          })),
-          users: world.users.map((user) => ({
-            id: user.id,
-            email: user.email,
-            first_name: user.first_name,
-            last_name: user.last_name,
-            active: user.active,
-            company_ids: user.companies.map((ordinal) => companyId(world, ordinal))
-          })),
-          books: world.books.map((book) => ({
-            id: book.id,
-            name: book.name,
-            company_id: companyId(world, book.company),
-            user_ids: [...book.members].toSorted(),
-            team_ids: book.teams
-          })),
-          teams: world.teams.map((team) => ({
-            id: team.id,
-            name: team.name,
-            company_id: companyId(world, team.company)
-          })),
-          tags: world.tags.flatMap((tags, ordinal) =>
-            tags.map((tag) => ({ id: tag.id, name: tag.name, company_id: companyId(world, ordinal) }))
-          ),
-          custom_fields: world.customFields,
-          counts: { ...counts, project_templates: world.templates.length },
-          credentials: { personal_access_token: tokenInfo(world, pat), oauth_app: appInfo(world, app) }
-        }
-        return result
-      })
-
+      const deps: AdminDeps = {
+        options: yield* SandboxConfig,
+        clock: yield* SandboxClock,
+        store: yield* SandboxStore,
+        auth: yield* SandboxAuth,
+        webhooks: yield* SandboxWebhooks,
+        limiter: yield* SandboxRateLimiter,
+        idempotency: yield* SandboxIdempotency,
+        faults: yield* SandboxFaults,
+        requestLog: yield* SandboxRequestLog,
+        actions: yield* SandboxActions
+      }
       return SandboxAdmin.of({
-        state,
-        reset: Effect.gen(function* () {
-          yield* webhooks.reset
-          yield* store.reset
-          yield* auth.reset
-          yield* limiter.reset
-          yield* idempotency.reset
-          yield* faults.clear
-          yield* requestLog.clear
-          yield* clock.reset
-        }).pipe(Effect.withSpan("SandboxAdmin.reset")),
-        advanceClock: Effect.fn("SandboxAdmin.advanceClock")(function* (by: Duration.Input | string) {
-          const duration = parseDuration(by)
-          if (Option.isNone(duration)) return yield* badRequest(`not a duration: ${String(by)}`, "invalid_request")
-          const offset = yield* clock.advance(Duration.toMillis(duration.value))
-          return { now: iso(yield* clock.now), offset_ms: offset }
-        }),
-        records: Effect.fn("SandboxAdmin.records")(function* (kind, recordOptions = {}) {
-          const world = yield* store.world
-          const collection = collectionOf(world, kind)
-          let books = world.books.map((book) => book.ordinal)
-          if (recordOptions.bookId !== undefined) {
-            const book = world.booksById.get(recordOptions.bookId)
-            if (book === undefined) return yield* notFound(`book ${recordOptions.bookId} not found`)
-            books = [book.ordinal]
-          }
-          const page = collection.list({
-            books,
-            offset: recordOptions.offset ?? 0,
-            limit: recordOptions.limit ?? 100
-          })
-          return page.indexes.map((index) => collection.get(index)!)
-        }),
-        createToken: (input) =>
-          Effect.flatMap(auth.createPat(input), (pat) => withWorld((world) => tokenInfo(world, pat))),
-        setTokenWrite: (id, canWrite) =>
-          Effect.flatMap(auth.setPatWrite(id, canWrite), (pat) => withWorld((world) => tokenInfo(world, pat))),
-        revokeToken: auth.revokePat,
-        tokens: Effect.flatMap(auth.pats, (pats) => withWorld((world) => pats.map((pat) => tokenInfo(world, pat)))),
-        registerApp: (input) =>
-          Effect.flatMap(auth.createApp(input), (app) => withWorld((world) => appInfo(world, app))),
-        updateApp: (clientId, patch) =>
-          Effect.flatMap(auth.updateApp(clientId, patch), (app) => withWorld((world) => appInfo(world, app))),
-        rotateAppSecret: (clientId) =>
-          Effect.flatMap(auth.rotateSecret(clientId), (app) => withWorld((world) => appInfo(world, app))),
-        deleteApp: Effect.fn("SandboxAdmin.deleteApp")(function* (clientId: string) {
-          yield* auth.deleteApp(clientId)
-          yield* webhooks.removeApp(clientId)
-        }),
-        apps: Effect.flatMap(auth.apps, (apps) => withWorld((world) => apps.map((app) => appInfo(world, app)))),
-        setOAuthApprover: auth.setApprover,
-        connect: auth.connect,
-        disconnect: Effect.fn("SandboxAdmin.disconnect")(function* (input: ConnectionInput) {
-          const key = yield* connectionKey(input)
-          yield* auth.disconnect(key)
-          yield* webhooks.unsubscribe(key)
-        }),
-        deactivateUser: Effect.fn("SandboxAdmin.deactivateUser")(function* (userId: string) {
-          const user = yield* userById(userId)
-          user.active = false
-        }),
-        activateUser: Effect.fn("SandboxAdmin.activateUser")(function* (userId: string) {
-          const user = yield* userById(userId)
-          user.active = true
-        }),
-        revokeBookAccess: Effect.fn("SandboxAdmin.revokeBookAccess")(function* (bookId: string, userId: string) {
-          const book = yield* membership(bookId, userId)
-          book.members.delete(userId)
-        }),
-        grantBookAccess: Effect.fn("SandboxAdmin.grantBookAccess")(function* (bookId: string, userId: string) {
-          const book = yield* membership(bookId, userId)
-          book.members.add(userId)
-        }),
-        registerEndpoint: (input) => Effect.map(webhooks.registerEndpoint(input), endpointInfo),
-        updateEndpoint: (id, patch) => Effect.map(webhooks.updateEndpoint(id, patch), endpointInfo),
-        removeEndpoint: webhooks.removeEndpoint,
-        endpoints: Effect.map(webhooks.endpoints, (endpoints) => endpoints.map(endpointInfo)),
-        subscriptions: Effect.flatMap(webhooks.subscriptions, (subscriptions) =>
-          withWorld((world) => subscriptions.map((subscription) => subscriptionInfo(world, subscription)))
-        ),
-        flushDebounce: webhooks.flushDebounce,
-        messages: webhooks.messages,
-        deliveries: webhooks.deliveries,
-        clearDeliveries: webhooks.clearLogs,
-        requests: requestLog.entries,
-        lastRequestSeq: requestLog.lastSeq,
-        lastDeliverySeq: webhooks.lastDeliverySeq,
-        clearRequests: requestLog.clear,
-        addFault: faults.add,
-        removeFault: faults.remove,
-        faults: faults.list,
-        clearFaults: faults.clear,
-        rateLimits: limiter.buckets,
-        resetRateLimits: limiter.reset,
-        setCotenant: limiter.setCotenant,
-        chargeRateLimit: limiter.charge,
-        setRateLimits: limiter.setLimits,
-        actions
+        state: state(deps),
+        reset: reset(deps),
+        advanceClock: (by) => advanceClock(deps.clock, by),
+        records: (kind, recordOptions = {}) => records(deps.store, kind, recordOptions),
+        ...credentialMethods(deps),
+        ...accessMethods(deps),
+        ...webhookMethods(deps),
+        ...logAndLimitMethods(deps),
+        actions: deps.actions
       })
     })
   )

@@ -22,7 +22,7 @@ import {
   UpdateMeetingInput,
   UpdateNoteInput,
   UpdateTaskInput
-} from "./Actions.ts"
+} from "./ActionInputs.ts"
 import { RECORD_KINDS, type RecordKind, SandboxAdmin } from "./Admin.ts"
 import { decodeBody } from "./Api.ts"
 import { type ApiError, badRequest, invalidJson, notFound } from "./errors.ts"
@@ -124,312 +124,374 @@ const optionalString = (query: URLSearchParams, name: string) => query.get(name)
 
 const created = (value: unknown) => ok(value, 201)
 
+const none = () => noContent
+
+const route = (
+  method: AdminRoute["method"],
+  path: AdminRoute["path"],
+  handle: (request: AdminRequest) => Effect.Effect<ApiResponse, ApiError>
+): AdminRoute => ({ method, path, handle })
+
+/** A handler that decodes the JSON body with `schema`, runs `run` on it and answers with `respond`. */
+const withBody =
+  <S extends Schema.Constraint, A>(
+    schema: S,
+    run: (body: S["Type"], request: AdminRequest) => Effect.Effect<A, ApiError>,
+    respond: (value: A) => ApiResponse
+  ) =>
+  (request: AdminRequest) =>
+    Effect.flatMap(read(schema, request), (body) => Effect.map(run(body, request), respond))
+
+/** A handler that runs `run` on the path parameter `name` and answers with `respond`. */
+const withParam =
+  <A>(name: string, run: (value: string) => Effect.Effect<A, ApiError>, respond: (value: A) => ApiResponse) =>
+  (request: AdminRequest) =>
+    Effect.map(run(param(request, name)), respond)
+
+type Admin = SandboxAdmin["Service"]
+
+const stateRoutes = (admin: Admin): ReadonlyArray<AdminRoute> => [
+  route("GET", "/_sandbox", () => Effect.map(admin.state, ok)),
+  route("POST", "/_sandbox/reset", () => Effect.as(admin.reset, noContent)),
+  route(
+    "POST",
+    "/_sandbox/clock/advance",
+    withBody(ClockBody, (body) => admin.advanceClock(body.by), ok)
+  ),
+  route("GET", "/_sandbox/records/:kind", (request) =>
+    Effect.gen(function* () {
+      const kind = param(request, "kind")
+      if (!(RECORD_KINDS as ReadonlyArray<string>).includes(kind)) {
+        return yield* notFound(`unknown record kind ${kind}; known: ${RECORD_KINDS.join(", ")}`)
+      }
+      return ok(
+        yield* admin.records(kind as RecordKind, {
+          bookId: optionalString(request.query, "book_id"),
+          limit: yield* optionalInt(request.query, "limit"),
+          offset: (yield* optionalInt(request.query, "offset")) ?? 0
+        })
+      )
+    })
+  )
+]
+
+const tokenRoutes = (admin: Admin): ReadonlyArray<AdminRoute> => [
+  route("GET", "/_sandbox/tokens", () => Effect.map(admin.tokens, ok)),
+  route(
+    "POST",
+    "/_sandbox/tokens",
+    withBody(
+      TokenBody,
+      (body) =>
+        admin.createToken({
+          userId: body.user_id,
+          companyId: body.company_id,
+          canWrite: body.can_write,
+          label: body.label
+        }),
+      created
+    )
+  ),
+  route(
+    "PATCH",
+    "/_sandbox/tokens/:id",
+    withBody(TokenPatch, (body, request) => admin.setTokenWrite(param(request, "id"), body.can_write), ok)
+  ),
+  route("DELETE", "/_sandbox/tokens/:id", withParam("id", admin.revokeToken, none))
+]
+
+/** OAuth apps, the signed-in user of the authorization step, and connections made without it. */
+const appRoutes = (admin: Admin): ReadonlyArray<AdminRoute> => [
+  route("GET", "/_sandbox/apps", () => Effect.map(admin.apps, ok)),
+  route(
+    "POST",
+    "/_sandbox/apps",
+    withBody(
+      AppBody,
+      (body) =>
+        admin.registerApp({
+          name: body.name,
+          redirectUris: body.redirect_uris,
+          ownerCompanyId: body.owner_company_id,
+          mode: body.mode,
+          scope: body.scope
+        }),
+      created
+    )
+  ),
+  route(
+    "PATCH",
+    "/_sandbox/apps/:client_id",
+    withBody(
+      AppPatch,
+      (body, request) =>
+        admin.updateApp(param(request, "client_id"), {
+          enabled: body.enabled,
+          mode: body.mode,
+          redirectUris: body.redirect_uris
+        }),
+      ok
+    )
+  ),
+  route("POST", "/_sandbox/apps/:client_id/rotate_secret", withParam("client_id", admin.rotateAppSecret, ok)),
+  route("DELETE", "/_sandbox/apps/:client_id", withParam("client_id", admin.deleteApp, none)),
+  route(
+    "POST",
+    "/_sandbox/oauth/approver",
+    withBody(ApproverBody, (body) => admin.setOAuthApprover(body.user_id), none)
+  ),
+  route(
+    "POST",
+    "/_sandbox/connections",
+    withBody(
+      ConnectionBody,
+      (body) => admin.connect({ clientId: body.client_id, userId: body.user_id, companyId: body.company_id }),
+      created
+    )
+  ),
+  route(
+    "POST",
+    "/_sandbox/connections/disconnect",
+    withBody(
+      ConnectionBody,
+      (body) => admin.disconnect({ clientId: body.client_id, userId: body.user_id, companyId: body.company_id }),
+      none
+    )
+  )
+]
+
+const accessRoutes = (admin: Admin): ReadonlyArray<AdminRoute> => [
+  route("POST", "/_sandbox/users/:id/deactivate", withParam("id", admin.deactivateUser, none)),
+  route("POST", "/_sandbox/users/:id/activate", withParam("id", admin.activateUser, none)),
+  route("DELETE", "/_sandbox/books/:book_id/users/:user_id", (request) =>
+    Effect.as(admin.revokeBookAccess(param(request, "book_id"), param(request, "user_id")), noContent)
+  ),
+  route("PUT", "/_sandbox/books/:book_id/users/:user_id", (request) =>
+    Effect.as(admin.grantBookAccess(param(request, "book_id"), param(request, "user_id")), noContent)
+  )
+]
+
+const webhookRoutes = (admin: Admin): ReadonlyArray<AdminRoute> => [
+  route("GET", "/_sandbox/endpoints", () => Effect.map(admin.endpoints, ok)),
+  route(
+    "POST",
+    "/_sandbox/endpoints",
+    withBody(
+      EndpointBody,
+      (body) =>
+        admin.registerEndpoint({
+          clientId: body.client_id,
+          url: body.url,
+          secret: body.secret,
+          eventTypes: body.event_types
+        }),
+      created
+    )
+  ),
+  route(
+    "PATCH",
+    "/_sandbox/endpoints/:id",
+    withBody(
+      EndpointPatch,
+      (body, request) =>
+        admin.updateEndpoint(param(request, "id"), {
+          url: body.url,
+          enabled: body.enabled,
+          eventTypes: body.event_types
+        }),
+      ok
+    )
+  ),
+  route("DELETE", "/_sandbox/endpoints/:id", withParam("id", admin.removeEndpoint, none)),
+  route("GET", "/_sandbox/subscriptions", () => Effect.map(admin.subscriptions, ok)),
+  route("POST", "/_sandbox/webhooks/flush", () => Effect.as(admin.flushDebounce, noContent)),
+  route("GET", "/_sandbox/messages", (request) =>
+    Effect.map(
+      admin.messages({
+        eventType: optionalString(request.query, "event_type"),
+        messageId: optionalString(request.query, "message_id")
+      }),
+      ok
+    )
+  ),
+  route("GET", "/_sandbox/deliveries", (request) =>
+    Effect.gen(function* () {
+      return ok(
+        yield* admin.deliveries({
+          eventType: optionalString(request.query, "event_type"),
+          endpointId: optionalString(request.query, "endpoint_id"),
+          messageId: optionalString(request.query, "message_id"),
+          since: yield* optionalInt(request.query, "since")
+        })
+      )
+    })
+  ),
+  route("DELETE", "/_sandbox/deliveries", () => Effect.as(admin.clearDeliveries, noContent))
+]
+
+const logAndFaultRoutes = (admin: Admin): ReadonlyArray<AdminRoute> => [
+  route("GET", "/_sandbox/requests", (request) =>
+    Effect.gen(function* () {
+      return ok(
+        yield* admin.requests({
+          method: optionalString(request.query, "method"),
+          path: optionalString(request.query, "path"),
+          route: optionalString(request.query, "route"),
+          status: yield* optionalInt(request.query, "status"),
+          since: yield* optionalInt(request.query, "since")
+        })
+      )
+    })
+  ),
+  route("DELETE", "/_sandbox/requests", () => Effect.as(admin.clearRequests, noContent)),
+  route("GET", "/_sandbox/faults", () => Effect.map(admin.faults, ok)),
+  route(
+    "POST",
+    "/_sandbox/faults",
+    withBody(FaultRuleInput, (rule) => admin.addFault(rule), created)
+  ),
+  route("DELETE", "/_sandbox/faults/:id", withParam("id", admin.removeFault, none)),
+  route("DELETE", "/_sandbox/faults", () => Effect.as(admin.clearFaults, noContent)),
+  route("GET", "/_sandbox/rate_limits", () => Effect.map(admin.rateLimits, ok)),
+  route("DELETE", "/_sandbox/rate_limits", () => Effect.as(admin.resetRateLimits, noContent)),
+  route(
+    "PUT",
+    "/_sandbox/rate_limits/cotenants",
+    withBody(CotenantInput, (body) => admin.setCotenant(body.bucket, body.per_window, body.spread), none)
+  ),
+  route(
+    "POST",
+    "/_sandbox/rate_limits/charges",
+    withBody(ChargeInput, (body) => admin.chargeRateLimit(body.bucket, body.amount), none)
+  ),
+  route(
+    "PATCH",
+    "/_sandbox/rate_limits/limits",
+    withBody(LimitsInput, (body) => admin.setRateLimits(body), ok)
+  )
+]
+
+/** Data changes, as the CRM's users make them: tasks, meetings and notes. */
+const activityRoutes = (actions: Admin["actions"]): ReadonlyArray<AdminRoute> => [
+  route(
+    "POST",
+    "/_sandbox/tasks",
+    withBody(CreateTaskInput, (body) => actions.createTask(body), created)
+  ),
+  route(
+    "PATCH",
+    "/_sandbox/tasks/:id",
+    withBody(UpdateTaskInput, (body, request) => actions.updateTask(param(request, "id"), body), ok)
+  ),
+  route("POST", "/_sandbox/tasks/:id/complete", withParam("id", actions.completeTask, ok)),
+  route("POST", "/_sandbox/tasks/:id/reopen", withParam("id", actions.reopenTask, ok)),
+  route("DELETE", "/_sandbox/tasks/:id", withParam("id", actions.deleteTask, none)),
+  route(
+    "POST",
+    "/_sandbox/meetings",
+    withBody(CreateMeetingInput, (body) => actions.createMeeting(body), created)
+  ),
+  route(
+    "PATCH",
+    "/_sandbox/meetings/:id",
+    withBody(UpdateMeetingInput, (body, request) => actions.updateMeeting(param(request, "id"), body), ok)
+  ),
+  route(
+    "PUT",
+    "/_sandbox/meetings/:id/transcript",
+    withBody(TranscriptInput, (body, request) => actions.setTranscript(param(request, "id"), body), ok)
+  ),
+  route("DELETE", "/_sandbox/meetings/:id", withParam("id", actions.deleteMeeting, none)),
+  route(
+    "POST",
+    "/_sandbox/notes",
+    withBody(CreateNoteInput, (body) => actions.createNote(body), created)
+  ),
+  route(
+    "PATCH",
+    "/_sandbox/notes/:id",
+    withBody(UpdateNoteInput, (body, request) => actions.updateNote(param(request, "id"), body), ok)
+  ),
+  route("DELETE", "/_sandbox/notes/:id", withParam("id", actions.deleteNote, none))
+]
+
+/** Data changes: clients, prospects and contacts, then the kinds without events. */
+const recordRoutes = (actions: Admin["actions"]): ReadonlyArray<AdminRoute> => [
+  route(
+    "POST",
+    "/_sandbox/clients",
+    withBody(CreateClientInput, (body) => actions.createClient(body), created)
+  ),
+  route(
+    "PATCH",
+    "/_sandbox/clients/:id",
+    withBody(UpdateClientInput, (body, request) => actions.updateClient(param(request, "id"), body), ok)
+  ),
+  route(
+    "POST",
+    "/_sandbox/prospects",
+    withBody(ProspectInput, (body) => actions.createProspect(body), created)
+  ),
+  route(
+    "POST",
+    "/_sandbox/contacts",
+    withBody(PersonInput, (body) => actions.createContact(body), created)
+  ),
+  route(
+    "POST",
+    "/_sandbox/businesses",
+    withBody(CreateBusinessInput, (body) => actions.createBusiness(body), created)
+  ),
+  route(
+    "PATCH",
+    "/_sandbox/businesses/:id",
+    withBody(UpdateBusinessInput, (body, request) => actions.updateBusiness(param(request, "id"), body), ok)
+  ),
+  route("DELETE", "/_sandbox/businesses/:id", withParam("id", actions.deleteBusiness, none)),
+  route("DELETE", "/_sandbox/project_templates/:id", withParam("id", actions.deleteProjectTemplate, none)),
+  route(
+    "POST",
+    "/_sandbox/financial_accounts",
+    withBody(CreateFinancialAccountInput, (body) => actions.createFinancialAccount(body), created)
+  ),
+  route(
+    "PATCH",
+    "/_sandbox/financial_accounts/:id",
+    withBody(
+      UpdateFinancialAccountInput,
+      (body, request) => actions.updateFinancialAccount(param(request, "id"), body),
+      ok
+    )
+  ),
+  route("DELETE", "/_sandbox/financial_accounts/:id", withParam("id", actions.deleteFinancialAccount, none)),
+  route(
+    "POST",
+    "/_sandbox/annuity_contracts",
+    withBody(CreateAnnuityContractInput, (body) => actions.createAnnuityContract(body), created)
+  ),
+  route(
+    "PATCH",
+    "/_sandbox/annuity_contracts/:id",
+    withBody(
+      UpdateAnnuityContractInput,
+      (body, request) => actions.updateAnnuityContract(param(request, "id"), body),
+      ok
+    )
+  ),
+  route("DELETE", "/_sandbox/annuity_contracts/:id", withParam("id", actions.deleteAnnuityContract, none))
+]
+
 export const makeAdminRoutes = Effect.gen(function* () {
   const admin = yield* SandboxAdmin
-  const actions = admin.actions
-
-  const route = (
-    method: AdminRoute["method"],
-    path: AdminRoute["path"],
-    handle: (request: AdminRequest) => Effect.Effect<ApiResponse, ApiError>
-  ): AdminRoute => ({ method, path, handle })
-
   const routes: ReadonlyArray<AdminRoute> = [
-    route("GET", "/_sandbox", () => Effect.map(admin.state, ok)),
-    route("POST", "/_sandbox/reset", () => Effect.as(admin.reset, noContent)),
-    route("POST", "/_sandbox/clock/advance", (request) =>
-      Effect.flatMap(read(ClockBody, request), (body) => Effect.map(admin.advanceClock(body.by), ok))
-    ),
-    route("GET", "/_sandbox/records/:kind", (request) =>
-      Effect.gen(function* () {
-        const kind = param(request, "kind")
-        if (!(RECORD_KINDS as ReadonlyArray<string>).includes(kind)) {
-          return yield* notFound(`unknown record kind ${kind}; known: ${RECORD_KINDS.join(", ")}`)
-        }
-        return ok(
-          yield* admin.records(kind as RecordKind, {
-            bookId: optionalString(request.query, "book_id"),
-            limit: yield* optionalInt(request.query, "limit"),
-            offset: (yield* optionalInt(request.query, "offset")) ?? 0
-          })
-        )
-      })
-    ),
-
-    route("GET", "/_sandbox/tokens", () => Effect.map(admin.tokens, ok)),
-    route("POST", "/_sandbox/tokens", (request) =>
-      Effect.flatMap(read(TokenBody, request), (body) =>
-        Effect.map(
-          admin.createToken({
-            userId: body.user_id,
-            companyId: body.company_id,
-            canWrite: body.can_write,
-            label: body.label
-          }),
-          created
-        )
-      )
-    ),
-    route("PATCH", "/_sandbox/tokens/:id", (request) =>
-      Effect.flatMap(read(TokenPatch, request), (body) =>
-        Effect.map(admin.setTokenWrite(param(request, "id"), body.can_write), ok)
-      )
-    ),
-    route("DELETE", "/_sandbox/tokens/:id", (request) => Effect.as(admin.revokeToken(param(request, "id")), noContent)),
-
-    route("GET", "/_sandbox/apps", () => Effect.map(admin.apps, ok)),
-    route("POST", "/_sandbox/apps", (request) =>
-      Effect.flatMap(read(AppBody, request), (body) =>
-        Effect.map(
-          admin.registerApp({
-            name: body.name,
-            redirectUris: body.redirect_uris,
-            ownerCompanyId: body.owner_company_id,
-            mode: body.mode,
-            scope: body.scope
-          }),
-          created
-        )
-      )
-    ),
-    route("PATCH", "/_sandbox/apps/:client_id", (request) =>
-      Effect.flatMap(read(AppPatch, request), (body) =>
-        Effect.map(
-          admin.updateApp(param(request, "client_id"), {
-            enabled: body.enabled,
-            mode: body.mode,
-            redirectUris: body.redirect_uris
-          }),
-          ok
-        )
-      )
-    ),
-    route("POST", "/_sandbox/apps/:client_id/rotate_secret", (request) =>
-      Effect.map(admin.rotateAppSecret(param(request, "client_id")), ok)
-    ),
-    route("DELETE", "/_sandbox/apps/:client_id", (request) =>
-      Effect.as(admin.deleteApp(param(request, "client_id")), noContent)
-    ),
-    route("POST", "/_sandbox/oauth/approver", (request) =>
-      Effect.flatMap(read(ApproverBody, request), (body) => Effect.as(admin.setOAuthApprover(body.user_id), noContent))
-    ),
-    route("POST", "/_sandbox/connections", (request) =>
-      Effect.flatMap(read(ConnectionBody, request), (body) =>
-        Effect.map(
-          admin.connect({ clientId: body.client_id, userId: body.user_id, companyId: body.company_id }),
-          created
-        )
-      )
-    ),
-    route("POST", "/_sandbox/connections/disconnect", (request) =>
-      Effect.flatMap(read(ConnectionBody, request), (body) =>
-        Effect.as(
-          admin.disconnect({ clientId: body.client_id, userId: body.user_id, companyId: body.company_id }),
-          noContent
-        )
-      )
-    ),
-
-    route("POST", "/_sandbox/users/:id/deactivate", (request) =>
-      Effect.as(admin.deactivateUser(param(request, "id")), noContent)
-    ),
-    route("POST", "/_sandbox/users/:id/activate", (request) =>
-      Effect.as(admin.activateUser(param(request, "id")), noContent)
-    ),
-    route("DELETE", "/_sandbox/books/:book_id/users/:user_id", (request) =>
-      Effect.as(admin.revokeBookAccess(param(request, "book_id"), param(request, "user_id")), noContent)
-    ),
-    route("PUT", "/_sandbox/books/:book_id/users/:user_id", (request) =>
-      Effect.as(admin.grantBookAccess(param(request, "book_id"), param(request, "user_id")), noContent)
-    ),
-
-    route("GET", "/_sandbox/endpoints", () => Effect.map(admin.endpoints, ok)),
-    route("POST", "/_sandbox/endpoints", (request) =>
-      Effect.flatMap(read(EndpointBody, request), (body) =>
-        Effect.map(
-          admin.registerEndpoint({
-            clientId: body.client_id,
-            url: body.url,
-            secret: body.secret,
-            eventTypes: body.event_types
-          }),
-          created
-        )
-      )
-    ),
-    route("PATCH", "/_sandbox/endpoints/:id", (request) =>
-      Effect.flatMap(read(EndpointPatch, request), (body) =>
-        Effect.map(
-          admin.updateEndpoint(param(request, "id"), {
-            url: body.url,
-            enabled: body.enabled,
-            eventTypes: body.event_types
-          }),
-          ok
-        )
-      )
-    ),
-    route("DELETE", "/_sandbox/endpoints/:id", (request) =>
-      Effect.as(admin.removeEndpoint(param(request, "id")), noContent)
-    ),
-    route("GET", "/_sandbox/subscriptions", () => Effect.map(admin.subscriptions, ok)),
-    route("POST", "/_sandbox/webhooks/flush", () => Effect.as(admin.flushDebounce, noContent)),
-    route("GET", "/_sandbox/messages", (request) =>
-      Effect.map(
-        admin.messages({
-          eventType: optionalString(request.query, "event_type"),
-          messageId: optionalString(request.query, "message_id")
-        }),
-        ok
-      )
-    ),
-    route("GET", "/_sandbox/deliveries", (request) =>
-      Effect.gen(function* () {
-        return ok(
-          yield* admin.deliveries({
-            eventType: optionalString(request.query, "event_type"),
-            endpointId: optionalString(request.query, "endpoint_id"),
-            messageId: optionalString(request.query, "message_id"),
-            since: yield* optionalInt(request.query, "since")
-          })
-        )
-      })
-    ),
-    route("DELETE", "/_sandbox/deliveries", () => Effect.as(admin.clearDeliveries, noContent)),
-
-    route("GET", "/_sandbox/requests", (request) =>
-      Effect.gen(function* () {
-        return ok(
-          yield* admin.requests({
-            method: optionalString(request.query, "method"),
-            path: optionalString(request.query, "path"),
-            route: optionalString(request.query, "route"),
-            status: yield* optionalInt(request.query, "status"),
-            since: yield* optionalInt(request.query, "since")
-          })
-        )
-      })
-    ),
-    route("DELETE", "/_sandbox/requests", () => Effect.as(admin.clearRequests, noContent)),
-
-    route("GET", "/_sandbox/faults", () => Effect.map(admin.faults, ok)),
-    route("POST", "/_sandbox/faults", (request) =>
-      Effect.flatMap(read(FaultRuleInput, request), (rule) => Effect.map(admin.addFault(rule), created))
-    ),
-    route("DELETE", "/_sandbox/faults/:id", (request) => Effect.as(admin.removeFault(param(request, "id")), noContent)),
-    route("DELETE", "/_sandbox/faults", () => Effect.as(admin.clearFaults, noContent)),
-    route("GET", "/_sandbox/rate_limits", () => Effect.map(admin.rateLimits, ok)),
-    route("DELETE", "/_sandbox/rate_limits", () => Effect.as(admin.resetRateLimits, noContent)),
-    route("PUT", "/_sandbox/rate_limits/cotenants", (request) =>
-      Effect.flatMap(read(CotenantInput, request), (body) =>
-        Effect.as(admin.setCotenant(body.bucket, body.per_window, body.spread), noContent)
-      )
-    ),
-    route("POST", "/_sandbox/rate_limits/charges", (request) =>
-      Effect.flatMap(read(ChargeInput, request), (body) =>
-        Effect.as(admin.chargeRateLimit(body.bucket, body.amount), noContent)
-      )
-    ),
-    route("PATCH", "/_sandbox/rate_limits/limits", (request) =>
-      Effect.flatMap(read(LimitsInput, request), (body) => Effect.map(admin.setRateLimits(body), ok))
-    ),
-
-    route("POST", "/_sandbox/tasks", (request) =>
-      Effect.flatMap(read(CreateTaskInput, request), (body) => Effect.map(actions.createTask(body), created))
-    ),
-    route("PATCH", "/_sandbox/tasks/:id", (request) =>
-      Effect.flatMap(read(UpdateTaskInput, request), (body) =>
-        Effect.map(actions.updateTask(param(request, "id"), body), ok)
-      )
-    ),
-    route("POST", "/_sandbox/tasks/:id/complete", (request) =>
-      Effect.map(actions.completeTask(param(request, "id")), ok)
-    ),
-    route("POST", "/_sandbox/tasks/:id/reopen", (request) => Effect.map(actions.reopenTask(param(request, "id")), ok)),
-    route("DELETE", "/_sandbox/tasks/:id", (request) => Effect.as(actions.deleteTask(param(request, "id")), noContent)),
-
-    route("POST", "/_sandbox/meetings", (request) =>
-      Effect.flatMap(read(CreateMeetingInput, request), (body) => Effect.map(actions.createMeeting(body), created))
-    ),
-    route("PATCH", "/_sandbox/meetings/:id", (request) =>
-      Effect.flatMap(read(UpdateMeetingInput, request), (body) =>
-        Effect.map(actions.updateMeeting(param(request, "id"), body), ok)
-      )
-    ),
-    route("PUT", "/_sandbox/meetings/:id/transcript", (request) =>
-      Effect.flatMap(read(TranscriptInput, request), (body) =>
-        Effect.map(actions.setTranscript(param(request, "id"), body), ok)
-      )
-    ),
-    route("DELETE", "/_sandbox/meetings/:id", (request) =>
-      Effect.as(actions.deleteMeeting(param(request, "id")), noContent)
-    ),
-
-    route("POST", "/_sandbox/notes", (request) =>
-      Effect.flatMap(read(CreateNoteInput, request), (body) => Effect.map(actions.createNote(body), created))
-    ),
-    route("PATCH", "/_sandbox/notes/:id", (request) =>
-      Effect.flatMap(read(UpdateNoteInput, request), (body) =>
-        Effect.map(actions.updateNote(param(request, "id"), body), ok)
-      )
-    ),
-    route("DELETE", "/_sandbox/notes/:id", (request) => Effect.as(actions.deleteNote(param(request, "id")), noContent)),
-
-    route("POST", "/_sandbox/clients", (request) =>
-      Effect.flatMap(read(CreateClientInput, request), (body) => Effect.map(actions.createClient(body), created))
-    ),
-    route("PATCH", "/_sandbox/clients/:id", (request) =>
-      Effect.flatMap(read(UpdateClientInput, request), (body) =>
-        Effect.map(actions.updateClient(param(request, "id"), body), ok)
-      )
-    ),
-    route("POST", "/_sandbox/prospects", (request) =>
-      Effect.flatMap(read(ProspectInput, request), (body) => Effect.map(actions.createProspect(body), created))
-    ),
-    route("POST", "/_sandbox/contacts", (request) =>
-      Effect.flatMap(read(PersonInput, request), (body) => Effect.map(actions.createContact(body), created))
-    ),
-
-    route("POST", "/_sandbox/businesses", (request) =>
-      Effect.flatMap(read(CreateBusinessInput, request), (body) => Effect.map(actions.createBusiness(body), created))
-    ),
-    route("PATCH", "/_sandbox/businesses/:id", (request) =>
-      Effect.flatMap(read(UpdateBusinessInput, request), (body) =>
-        Effect.map(actions.updateBusiness(param(request, "id"), body), ok)
-      )
-    ),
-    route("DELETE", "/_sandbox/businesses/:id", (request) =>
-      Effect.as(actions.deleteBusiness(param(request, "id")), noContent)
-    ),
-    route("DELETE", "/_sandbox/project_templates/:id", (request) =>
-      Effect.as(actions.deleteProjectTemplate(param(request, "id")), noContent)
-    ),
-    route("POST", "/_sandbox/financial_accounts", (request) =>
-      Effect.flatMap(read(CreateFinancialAccountInput, request), (body) =>
-        Effect.map(actions.createFinancialAccount(body), created)
-      )
-    ),
-    route("PATCH", "/_sandbox/financial_accounts/:id", (request) =>
-      Effect.flatMap(read(UpdateFinancialAccountInput, request), (body) =>
-        Effect.map(actions.updateFinancialAccount(param(request, "id"), body), ok)
-      )
-    ),
-    route("DELETE", "/_sandbox/financial_accounts/:id", (request) =>
-      Effect.as(actions.deleteFinancialAccount(param(request, "id")), noContent)
-    ),
-    route("POST", "/_sandbox/annuity_contracts", (request) =>
-      Effect.flatMap(read(CreateAnnuityContractInput, request), (body) =>
-        Effect.map(actions.createAnnuityContract(body), created)
-      )
-    ),
-    route("PATCH", "/_sandbox/annuity_contracts/:id", (request) =>
-      Effect.flatMap(read(UpdateAnnuityContractInput, request), (body) =>
-        Effect.map(actions.updateAnnuityContract(param(request, "id"), body), ok)
-      )
-    ),
-    route("DELETE", "/_sandbox/annuity_contracts/:id", (request) =>
-      Effect.as(actions.deleteAnnuityContract(param(request, "id")), noContent)
-    )
+    ...stateRoutes(admin),
+    ...tokenRoutes(admin),
+    ...appRoutes(admin),
+    ...accessRoutes(admin),
+    ...webhookRoutes(admin),
+    ...logAndFaultRoutes(admin),
+    ...activityRoutes(admin.actions),
+    ...recordRoutes(admin.actions)
   ]
   return routes
 })

@@ -5,12 +5,6 @@
  * 6) and the route handler (§4), then the after-faults (reset after commit, truncated or
  * non-JSON bodies), and finally one request-log entry. `/_sandbox` goes to the admin routes,
  * untouched by faults, limits and the log.
- *
- * Routing uses `FindMyWay` directly rather than `HttpRouter`/`HttpApi`: the emulated API's
- * behaviour (bodies ignored without a JSON Content-Type, `{error, detail}` bodies for every
- * failure including unknown routes, requests counted before routing, resets that destroy the
- * socket) needs the whole pipeline in hand, and the handlers return plain data so the
- * idempotency cache and the body faults can work on it.
  */
 import { NodeHttpServerRequest } from "@effect/platform-node"
 import { Duration, Effect, Option, Predicate } from "effect"
@@ -133,274 +127,353 @@ const methodNotFound = <A>(router: FindMyWay.Router<A>, method: string, path: st
     ? methodNotAllowed(`${method} is not supported on ${path}`)
     : notFound(`no endpoint ${method} ${path}`)
 
-export const makeHttpApp = Effect.gen(function* () {
-  const options = yield* SandboxConfig
-  const clock = yield* SandboxClock
-  const store = yield* SandboxStore
-  const auth = yield* SandboxAuth
-  const limiter = yield* SandboxRateLimiter
-  const idempotency = yield* SandboxIdempotency
-  const faults = yield* SandboxFaults
-  const requestLog = yield* SandboxRequestLog
-  const actions = yield* SandboxActions
+/** What a request goes through: the sandbox's services and the two routers. */
+interface Pipeline {
+  readonly options: SandboxConfig["Service"]
+  readonly clock: SandboxClock["Service"]
+  readonly store: SandboxStore["Service"]
+  readonly auth: SandboxAuth["Service"]
+  readonly limiter: SandboxRateLimiter["Service"]
+  readonly idempotency: SandboxIdempotency["Service"]
+  readonly faults: SandboxFaults["Service"]
+  readonly requestLog: SandboxRequestLog["Service"]
+  readonly actions: SandboxActions["Service"]
+  readonly api: FindMyWay.Router<ApiRoute>
+  readonly admin: FindMyWay.Router<AdminRoute>
+}
 
-  const api = FindMyWay.make<ApiRoute>({ ignoreTrailingSlash: true })
-  const apiRoutes = yield* makeApiRoutes
-  for (const route of apiRoutes) api.on(route.method, route.path, route)
-  const admin = FindMyWay.make<AdminRoute>({ ignoreTrailingSlash: true })
-  for (const route of yield* makeAdminRoutes) admin.on(route.method, route.path, route)
-  let requestCounter = 0
+/** One request as the pipeline reads it; the body is read once, up front. */
+interface Incoming {
+  readonly request: HttpServerRequest.HttpServerRequest
+  readonly url: URL
+  readonly method: string
+  readonly path: string
+  readonly headers: Headers
+  readonly body: string
+}
 
-  const clientIp = (request: HttpServerRequest.HttpServerRequest) => {
-    const override = options.clientIpHeader === undefined ? undefined : request.headers[options.clientIpHeader]
-    if (override !== undefined && override.trim() !== "") return override.split(",")[0]!.trim()
-    const remote = request.remoteAddress
-    return Option.isSome(remote) ? remote.value.replace(/^::ffff:/, "") : "unknown"
+// ---------------------------------------------------------------------------------------------
+// Fault injection
+
+/** The first fired fault of `kind`; with `when`, only one applied then (rules default to before). */
+const firstFault = <K extends HttpFault["kind"]>(fired: ReadonlyArray<HttpFault>, kind: K, when?: "before" | "after") =>
+  fired.find(
+    (fault): fault is Extract<HttpFault, { readonly kind: K }> =>
+      fault.kind === kind && (when === undefined || ("when" in fault ? (fault.when ?? "before") : "before") === when)
+  )
+
+/** Latency faults outside the handler, one after the other. */
+const sleepLatency = Effect.fnUntraced(function* (fired: ReadonlyArray<HttpFault>, trace: Trace) {
+  for (const fault of fired) {
+    if (fault.kind !== "latency" || fault.when === "inside") continue
+    trace.faults.push(`latency:${fault.ms}`)
+    yield* Effect.sleep(Duration.millis(fault.ms))
   }
+})
 
-  const oauth = (method: string, path: string, query: URLSearchParams, headers: Headers, body: string) =>
-    Effect.gen(function* () {
-      if (method === "GET" && path === "/oauth/authorize") {
-        const location = yield* auth.authorize(query)
-        return { status: 302, body: undefined, headers: { location } } satisfies ApiResponse
-      }
-      if (method === "POST" && path === "/oauth/token") {
-        const token = yield* auth.token(yield* tokenFields(headers, body), basicCredentials(headers))
-        return { status: 200, body: token, headers: { "cache-control": "no-store" } } satisfies ApiResponse
-      }
-      return yield* notFound(`no endpoint ${method} ${path}`)
-    }).pipe(Effect.catch((error: ApiError) => Effect.succeed(oauthBody(error))))
+/** The answer before-faults give instead of the handler's: a reset, an injected status, a 429 storm. */
+const faultBefore = Effect.fnUntraced(function* (
+  request: HttpServerRequest.HttpServerRequest,
+  fired: ReadonlyArray<HttpFault>,
+  trace: Trace
+) {
+  if (firstFault(fired, "reset", "before") !== undefined) {
+    trace.faults.push("reset:before")
+    yield* resetConnection(request)
+    return RESET
+  }
+  const statusBefore = firstFault(fired, "status", "before")
+  if (statusBefore !== undefined) {
+    trace.faults.push(`status:${statusBefore.status ?? 500}`)
+    return injected(statusBefore.status ?? 500)
+  }
+  const storm = firstFault(fired, "rate_limit")
+  if (storm === undefined) return undefined
+  const limit = storm.limit ?? "token"
+  const retryAfter = storm.retry_after ?? 30
+  trace.faults.push(`rate_limit:${limit}:${retryAfter}`)
+  trace.rateLimited = limit
+  return fromError(rateLimited(limit, retryAfter, `${limit} rate limit exceeded; retry after ${retryAfter} s`))
+})
 
-  const drift = Effect.fnUntraced(function* (
-    route: ApiRoute,
-    faultsFired: ReadonlyArray<HttpFault>,
-    credential: Credential,
-    query: URLSearchParams,
-    faultLog: Array<string>
-  ) {
-    if (route.drift === undefined) return
-    const world = yield* store.world
-    const books = accessibleBooks(world, credential.userId, credential.company).map((book) => book.ordinal)
-    const page = Number(query.get("page") ?? "1")
-    const perPage = Math.min(100, Math.max(1, Number(query.get("per_page") ?? "25") || 25))
-    const offset = Number.isInteger(page) && page > 1 ? (page - 1) * perPage : 0
-    for (const fault of faultsFired) {
-      if (fault.kind !== "page_drift") continue
-      // drawn from (seed, rule, firing): the same rule drifts the same way in every seeded run
-      const rng = new Rng(hash(options.seed, hashString(fault.id), fault.fired))
-      for (let i = 0; i < (fault.count ?? 1); i++) {
-        const action = fault.action === undefined || fault.action === "mixed" ? rng.pick(DRIFT_ACTIONS) : fault.action
-        const change = yield* actions.drift(route.drift, action, books, offset, rng)
-        if (change !== undefined) faultLog.push(`page_drift:${change.action}:${change.id}`)
-      }
+/**
+ * Faults inside the handler: latency before it runs, and an injected status after it (the write
+ * has committed, the answer is an error all the same: 5xx is not cached, §4 rule 6).
+ */
+const faultInside = (
+  fired: ReadonlyArray<HttpFault>,
+  trace: Trace,
+  handler: Effect.Effect<ApiResponse>
+): Effect.Effect<ApiResponse> => {
+  const statusAfter = fired.find((fault) => fault.kind === "status" && fault.when === "after")
+  const inside = fired.find((fault) => fault.kind === "latency" && fault.when === "inside")
+  const slow = inside?.kind === "latency" ? Effect.sleep(Duration.millis(inside.ms)) : Effect.void
+  if (inside?.kind === "latency") trace.faults.push(`latency_inside:${inside.ms}`)
+  return Effect.andThen(slow, handler).pipe(
+    Effect.map((response) => {
+      if (statusAfter?.kind !== "status") return response
+      trace.faults.push(`status_after:${statusAfter.status ?? 500}`)
+      return injected(statusAfter.status ?? 500)
+    })
+  )
+}
+
+/** Page drift: each fired `page_drift` rule mutates the listed collection before the page is read. */
+const driftPages = Effect.fnUntraced(function* (
+  pipeline: Pipeline,
+  route: ApiRoute,
+  fired: ReadonlyArray<HttpFault>,
+  credential: Credential,
+  query: URLSearchParams,
+  trace: Trace
+) {
+  if (route.drift === undefined) return
+  const world = yield* pipeline.store.world
+  const books = accessibleBooks(world, credential.userId, credential.company).map((book) => book.ordinal)
+  const page = Number(query.get("page") ?? "1")
+  const perPage = Math.min(100, Math.max(1, Number(query.get("per_page") ?? "25") || 25))
+  const offset = Number.isInteger(page) && page > 1 ? (page - 1) * perPage : 0
+  for (const fault of fired) {
+    if (fault.kind !== "page_drift") continue
+    // drawn from (seed, rule, firing): the same rule drifts the same way in every seeded run
+    const rng = new Rng(hash(pipeline.options.seed, hashString(fault.id), fault.fired))
+    for (let i = 0; i < (fault.count ?? 1); i++) {
+      const action = fault.action === undefined || fault.action === "mixed" ? rng.pick(DRIFT_ACTIONS) : fault.action
+      const change = yield* pipeline.actions.drift(route.drift, action, books, offset, rng)
+      if (change !== undefined) trace.faults.push(`page_drift:${change.action}:${change.id}`)
     }
+  }
+})
+
+/** The response to write: the handler's, or what a reset, a non-JSON or a truncate fault makes of it. */
+const render = (
+  outcome: ApiResponse | typeof RESET,
+  fired: ReadonlyArray<HttpFault>,
+  trace: Trace,
+  requestId: string
+): { readonly status: number | null; readonly response: HttpServerResponse.HttpServerResponse } => {
+  // never written: the socket is gone
+  if (outcome === RESET) return { status: null, response: HttpServerResponse.empty({ status: 500 }) }
+  const nonJson = firstFault(fired, "non_json")
+  if (nonJson !== undefined) {
+    const status = nonJson.status ?? 502
+    trace.faults.push("non_json")
+    const html = `<html><head><title>${status} Bad Gateway</title></head><body><h1>${status} Bad Gateway</h1></body></html>`
+    return { status, response: HttpServerResponse.html(html).pipe(HttpServerResponse.setStatus(status)) }
+  }
+  const extraHeaders: Record<string, string> = { "x-request-id": requestId }
+  if (trace.replayed) extraHeaders["idempotent-replayed"] = "true"
+  if (firstFault(fired, "truncate") === undefined || outcome.body === undefined) {
+    return { status: outcome.status, response: toHttp(outcome, extraHeaders) }
+  }
+  trace.faults.push("truncate")
+  const text = JSON.stringify(outcome.body)
+  const response = HttpServerResponse.text(text.slice(0, Math.floor(text.length / 2)), {
+    status: outcome.status,
+    headers: { ...outcome.headers, ...extraHeaders },
+    contentType: "application/json"
+  })
+  return { status: outcome.status, response }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Request handling
+
+const clientIp = (options: SandboxConfig["Service"], request: HttpServerRequest.HttpServerRequest) => {
+  const override = options.clientIpHeader === undefined ? undefined : request.headers[options.clientIpHeader]
+  if (override !== undefined && override.trim() !== "") return override.split(",")[0]!.trim()
+  const remote = request.remoteAddress
+  return Option.isSome(remote) ? remote.value.replace(/^::ffff:/, "") : "unknown"
+}
+
+const oauth = (auth: SandboxAuth["Service"], incoming: Incoming) =>
+  Effect.gen(function* () {
+    const { method, path, headers, body } = incoming
+    if (method === "GET" && path === "/oauth/authorize") {
+      const location = yield* auth.authorize(incoming.url.searchParams)
+      return { status: 302, body: undefined, headers: { location } } satisfies ApiResponse
+    }
+    if (method === "POST" && path === "/oauth/token") {
+      const token = yield* auth.token(yield* tokenFields(headers, body), basicCredentials(headers))
+      return { status: 200, body: token, headers: { "cache-control": "no-store" } } satisfies ApiResponse
+    }
+    return yield* notFound(`no endpoint ${method} ${path}`)
+  }).pipe(Effect.catch((error: ApiError) => Effect.succeed(oauthBody(error))))
+
+/** The route's answer, errors included: a sandbox bug answers like a server error (never cached) instead of an empty 500. */
+const handle = (route: ApiRoute, request: Parameters<ApiRoute["handle"]>[0]): Effect.Effect<ApiResponse> =>
+  route.handle(request).pipe(
+    Effect.catch((error: ApiError) => Effect.succeed(fromError(error))),
+    Effect.catchDefect((defect) =>
+      Effect.as(Effect.logError("sandbox handler failed", defect), {
+        status: 500,
+        body: { error: "server_error", detail: `sandbox bug: ${String(defect)}` }
+      } satisfies ApiResponse)
+    )
+  )
+
+/** The `/v1` part of the pipeline: authenticate, count, route, drift, idempotency, handle. */
+const v1 = (pipeline: Pipeline, incoming: Incoming, ip: string, fired: ReadonlyArray<HttpFault>, trace: Trace) =>
+  Effect.gen(function* () {
+    const { method, path, headers, body } = incoming
+    const query = incoming.url.searchParams
+    const credential = yield* (
+      pipeline.auth
+        .authenticate(headers.authorization)
+        // an unauthenticated request still counts against its address (and may be refused by it)
+        .pipe(Effect.tapError(() => pipeline.limiter.admit(undefined, ip)))
+    )
+    trace.credential = credential
+    yield* pipeline.limiter.admit(credential, ip)
+    const match = pipeline.api.find(method, path)
+    if (match === undefined) return yield* methodNotFound(pipeline.api, method, path)
+    const route = match.handler
+    yield* driftPages(pipeline, route, fired, credential, query, trace)
+    const request = { method, path, params: match.params, query, headers, credential, body }
+    const handler = faultInside(fired, trace, handle(route, request))
+    const key = headers["idempotency-key"]
+    if ((method !== "POST" && method !== "PATCH") || key === undefined || key === "") return yield* handler
+    const outcome = yield* pipeline.idempotency.run(
+      { scope: `${credential.company}:${credential.userId}`, path, key, fingerprint: fingerprint(headers, body) },
+      handler
+    )
+    trace.replayed = outcome.replayed
+    return outcome.response
+  }).pipe(
+    Effect.catch((error: ApiError) => {
+      if (error.status === 429) trace.rateLimited = String(error.extra?.limit ?? "")
+      return Effect.succeed(fromError(error))
+    })
+  )
+
+/** `/oauth` or `/v1`, unless a before-fault answers first; a reset after commit drops the answer. */
+const answer = (pipeline: Pipeline, incoming: Incoming, ip: string, fired: ReadonlyArray<HttpFault>, trace: Trace) =>
+  Effect.gen(function* () {
+    const early = yield* faultBefore(incoming.request, fired, trace)
+    if (early !== undefined) return early
+    const response = incoming.path.startsWith("/oauth/")
+      ? yield* oauth(pipeline.auth, incoming)
+      : yield* v1(pipeline, incoming, ip, fired, trace)
+    if (firstFault(fired, "reset", "after") !== undefined) {
+      trace.faults.push("reset:after")
+      yield* resetConnection(incoming.request)
+      return RESET
+    }
+    return response
   })
 
-  /** The `/v1` part of the pipeline: authenticate, count, route, drift, idempotency, handle. */
-  const v1 = (
-    method: string,
-    path: string,
-    query: URLSearchParams,
-    headers: Headers,
-    body: string,
-    ip: string,
-    faultsFired: ReadonlyArray<HttpFault>,
-    trace: Trace
-  ) =>
-    Effect.gen(function* () {
-      const credential = yield* (
-        auth
-          .authenticate(headers.authorization)
-          // an unauthenticated request still counts against its address (and may be refused by it)
-          .pipe(Effect.tapError(() => limiter.admit(undefined, ip)))
-      )
-      trace.credential = credential
-      yield* limiter.admit(credential, ip)
-      const match = api.find(method, path)
-      if (match === undefined) return yield* methodNotFound(api, method, path)
-      const route = match.handler
-      yield* drift(route, faultsFired, credential, query, trace.faults)
-      const statusAfter = faultsFired.find((fault) => fault.kind === "status" && fault.when === "after")
-      const inside = faultsFired.find((fault) => fault.kind === "latency" && fault.when === "inside")
-      const slow = inside?.kind === "latency" ? Effect.sleep(Duration.millis(inside.ms)) : Effect.void
-      if (inside?.kind === "latency") trace.faults.push(`latency_inside:${inside.ms}`)
-      const handler = Effect.andThen(
-        slow,
-        route.handle({ method, path, params: match.params, query, headers, credential, body })
-      ).pipe(
-        Effect.catch((error: ApiError) => Effect.succeed(fromError(error))),
-        // a sandbox bug answers like a server error (never cached) instead of an empty 500
-        Effect.catchDefect((defect) =>
-          Effect.as(Effect.logError("sandbox handler failed", defect), {
-            status: 500,
-            body: { error: "server_error", detail: `sandbox bug: ${String(defect)}` }
-          } satisfies ApiResponse)
-        ),
-        // the write has committed, the answer is an error all the same: 5xx is not cached (§4 rule 6)
-        Effect.map((response) => {
-          if (statusAfter?.kind !== "status") return response
-          trace.faults.push(`status_after:${statusAfter.status ?? 500}`)
-          return injected(statusAfter.status ?? 500)
-        })
-      )
-      const key = headers["idempotency-key"]
-      if ((method !== "POST" && method !== "PATCH") || key === undefined || key === "") return yield* handler
-      const outcome = yield* idempotency.run(
-        { scope: `${credential.company}:${credential.userId}`, path, key, fingerprint: fingerprint(headers, body) },
-        handler
-      )
-      trace.replayed = outcome.replayed
-      return outcome.response
-    }).pipe(
-      Effect.catch((error: ApiError) => {
-        if (error.status === 429) trace.rateLimited = String(error.extra?.limit ?? "")
-        return Effect.succeed(fromError(error))
-      })
-    )
+/** The request-log entry of a finished request. */
+const logRequest = Effect.fnUntraced(function* (
+  pipeline: Pipeline,
+  incoming: Incoming,
+  served: { readonly at: string; readonly startedMs: number; readonly ip: string; readonly status: number | null },
+  trace: Trace
+) {
+  const { method, path, headers, body } = incoming
+  const world = yield* pipeline.store.world
+  const credential = trace.credential
+  yield* pipeline.requestLog.append({
+    at: served.at,
+    method,
+    path,
+    route: path.startsWith("/oauth/") ? path : (pipeline.api.find(method, path)?.handler.path ?? null),
+    query: Object.fromEntries(incoming.url.searchParams),
+    headers: redactHeaders(headers),
+    idempotency_key: headers["idempotency-key"] ?? null,
+    body: body === "" ? null : body.slice(0, 10_000),
+    ip: served.ip,
+    status: served.status,
+    duration_ms: (yield* pipeline.clock.wallNow) - served.startedMs,
+    credential:
+      credential === undefined
+        ? null
+        : {
+            kind: credential.kind,
+            user_id: credential.userId,
+            company_id: world.companies[credential.company]!.id,
+            client_id: credential.kind === "oauth" ? credential.clientId : null
+          },
+    faults: trace.faults,
+    rate_limited: trace.rateLimited,
+    idempotent_replay: trace.replayed
+  })
+})
 
-  const adminApp = (request: HttpServerRequest.HttpServerRequest, method: string, url: URL, body: string) =>
-    Effect.gen(function* () {
-      if (options.adminToken !== undefined && request.headers.authorization !== `Bearer ${options.adminToken}`) {
-        return toHttp(fromError(unauthorized("the admin API needs Authorization: Bearer <adminToken>")))
-      }
-      const match = admin.find(method, url.pathname)
-      const response =
-        match === undefined
-          ? fromError(methodNotFound(admin, method, url.pathname))
-          : yield* match.handler
-              .handle({ params: match.params, query: url.searchParams, body })
-              .pipe(Effect.catch((error: ApiError) => Effect.succeed(fromError(error))))
-      return toHttp(response)
-    })
+/** `/v1` and `/oauth`: latency, the answer (or a fault's), the response to write, the log entry. */
+const serve = (pipeline: Pipeline, incoming: Incoming, requestId: string) =>
+  Effect.gen(function* () {
+    const startedMs = yield* pipeline.clock.wallNow
+    const at = iso(yield* pipeline.clock.now)
+    const ip = clientIp(pipeline.options, incoming.request)
+    const fired = yield* pipeline.faults.forRequest(incoming.method, incoming.path)
+    const trace: Trace = { credential: undefined, rateLimited: null, replayed: false, faults: [] }
+    yield* sleepLatency(fired, trace)
+    const outcome = yield* answer(pipeline, incoming, ip, fired, trace)
+    const { status, response } = render(outcome, fired, trace, requestId)
+    yield* logRequest(pipeline, incoming, { at, startedMs, ip, status }, trace)
+    return response
+  })
 
-  const pipeline = (
-    request: HttpServerRequest.HttpServerRequest,
-    url: URL,
-    method: string,
-    path: string,
-    body: string
-  ) =>
-    Effect.gen(function* () {
-      const startedMs = yield* clock.wallNow
-      const at = iso(yield* clock.now)
-      const requestId = `req_${(++requestCounter).toString(36).padStart(6, "0")}`
-      const ip = clientIp(request)
-      const headers = request.headers as Headers
-      const faultsFired = yield* faults.forRequest(method, path)
-      const trace: Trace = { credential: undefined, rateLimited: null, replayed: false, faults: [] }
-      const first = <K extends HttpFault["kind"]>(kind: K, when?: "before" | "after") =>
-        faultsFired.find(
-          (fault): fault is Extract<HttpFault, { readonly kind: K }> =>
-            fault.kind === kind &&
-            (when === undefined || ("when" in fault ? (fault.when ?? "before") : "before") === when)
-        )
+// ---------------------------------------------------------------------------------------------
+// Routing
 
-      for (const fault of faultsFired) {
-        if (fault.kind !== "latency" || fault.when === "inside") continue
-        trace.faults.push(`latency:${fault.ms}`)
-        yield* Effect.sleep(Duration.millis(fault.ms))
-      }
+const adminApp = (pipeline: Pipeline, incoming: Incoming) =>
+  Effect.gen(function* () {
+    const { options, admin } = pipeline
+    const { method, url, body } = incoming
+    if (options.adminToken !== undefined && incoming.headers.authorization !== `Bearer ${options.adminToken}`) {
+      return toHttp(fromError(unauthorized("the admin API needs Authorization: Bearer <adminToken>")))
+    }
+    const match = admin.find(method, url.pathname)
+    const response =
+      match === undefined
+        ? fromError(methodNotFound(admin, method, url.pathname))
+        : yield* match.handler
+            .handle({ params: match.params, query: url.searchParams, body })
+            .pipe(Effect.catch((error: ApiError) => Effect.succeed(fromError(error))))
+    return toHttp(response)
+  })
 
-      const outcome: ApiResponse | typeof RESET = yield* Effect.gen(function* () {
-        if (first("reset", "before") !== undefined) {
-          trace.faults.push("reset:before")
-          yield* resetConnection(request)
-          return RESET
-        }
-        const statusBefore = first("status", "before")
-        if (statusBefore !== undefined) {
-          trace.faults.push(`status:${statusBefore.status ?? 500}`)
-          return injected(statusBefore.status ?? 500)
-        }
-        const storm = first("rate_limit")
-        if (storm !== undefined) {
-          const limit = storm.limit ?? "token"
-          const retryAfter = storm.retry_after ?? 30
-          trace.faults.push(`rate_limit:${limit}:${retryAfter}`)
-          trace.rateLimited = limit
-          return fromError(rateLimited(limit, retryAfter, `${limit} rate limit exceeded; retry after ${retryAfter} s`))
-        }
-        const response = path.startsWith("/oauth/")
-          ? yield* oauth(method, path, url.searchParams, headers, body)
-          : yield* v1(method, path, url.searchParams, headers, body, ip, faultsFired, trace)
-        if (first("reset", "after") !== undefined) {
-          trace.faults.push("reset:after")
-          yield* resetConnection(request)
-          return RESET
-        }
-        return response
-      })
+/**
+ * Routing uses `FindMyWay` directly rather than `HttpRouter`/`HttpApi`: the emulated API's
+ * behaviour (bodies ignored without a JSON Content-Type, `{error, detail}` bodies for every
+ * failure including unknown routes, requests counted before routing, resets that destroy the
+ * socket) needs the whole pipeline in hand, and the handlers return plain data so the
+ * idempotency cache and the body faults can work on it.
+ */
+const makePipeline = Effect.gen(function* () {
+  const api = FindMyWay.make<ApiRoute>({ ignoreTrailingSlash: true })
+  for (const route of yield* makeApiRoutes) api.on(route.method, route.path, route)
+  const admin = FindMyWay.make<AdminRoute>({ ignoreTrailingSlash: true })
+  for (const route of yield* makeAdminRoutes) admin.on(route.method, route.path, route)
+  return {
+    options: yield* SandboxConfig,
+    clock: yield* SandboxClock,
+    store: yield* SandboxStore,
+    auth: yield* SandboxAuth,
+    limiter: yield* SandboxRateLimiter,
+    idempotency: yield* SandboxIdempotency,
+    faults: yield* SandboxFaults,
+    requestLog: yield* SandboxRequestLog,
+    actions: yield* SandboxActions,
+    api,
+    admin
+  } satisfies Pipeline
+})
 
-      let status: number | null = null
-      let response: HttpServerResponse.HttpServerResponse
-      const nonJson = first("non_json")
-      const truncate = first("truncate")
-      const extraHeaders: Record<string, string> = { "x-request-id": requestId }
-      if (outcome === RESET) {
-        // never written: the socket is gone
-        response = HttpServerResponse.empty({ status: 500 })
-      } else if (nonJson !== undefined) {
-        status = nonJson.status ?? 502
-        trace.faults.push("non_json")
-        response = HttpServerResponse.html(
-          `<html><head><title>${status} Bad Gateway</title></head><body><h1>${status} Bad Gateway</h1></body></html>`
-        ).pipe(HttpServerResponse.setStatus(status))
-      } else {
-        status = outcome.status
-        if (trace.replayed) extraHeaders["idempotent-replayed"] = "true"
-        if (truncate !== undefined && outcome.body !== undefined) {
-          trace.faults.push("truncate")
-          const text = JSON.stringify(outcome.body)
-          response = HttpServerResponse.text(text.slice(0, Math.floor(text.length / 2)), {
-            status,
-            headers: { ...outcome.headers, ...extraHeaders },
-            contentType: "application/json"
-          })
-        } else {
-          response = toHttp(outcome, extraHeaders)
-        }
-      }
-
-      const world = yield* store.world
-      const credential = trace.credential
-      yield* requestLog.append({
-        at,
-        method,
-        path,
-        route: path.startsWith("/oauth/") ? path : (api.find(method, path)?.handler.path ?? null),
-        query: Object.fromEntries(url.searchParams),
-        headers: redactHeaders(headers),
-        idempotency_key: headers["idempotency-key"] ?? null,
-        body: body === "" ? null : body.slice(0, 10_000),
-        ip,
-        status,
-        duration_ms: (yield* clock.wallNow) - startedMs,
-        credential:
-          credential === undefined
-            ? null
-            : {
-                kind: credential.kind,
-                user_id: credential.userId,
-                company_id: world.companies[credential.company]!.id,
-                client_id: credential.kind === "oauth" ? credential.clientId : null
-              },
-        faults: trace.faults,
-        rate_limited: trace.rateLimited,
-        idempotent_replay: trace.replayed
-      })
-      return response
-    })
-
-  const app = Effect.gen(function* () {
+export const makeHttpApp = Effect.gen(function* () {
+  const pipeline = yield* makePipeline
+  let requestCounter = 0
+  return Effect.gen(function* () {
     const request = yield* HttpServerRequest.HttpServerRequest
     const url = new URL(request.url, "http://sandbox.invalid")
     const method = request.method.toUpperCase()
     const path = url.pathname
     const body = HAS_BODY.has(method) ? yield* Effect.orElseSucceed(request.text, () => "") : ""
-    if (path === "/_sandbox" || path.startsWith("/_sandbox/")) return yield* adminApp(request, method, url, body)
+    const incoming: Incoming = { request, url, method, path, headers: request.headers as Headers, body }
+    if (path === "/_sandbox" || path.startsWith("/_sandbox/")) return yield* adminApp(pipeline, incoming)
+    const requestId = `req_${(++requestCounter).toString(36).padStart(6, "0")}`
     // a reset closes the socket, which makes the server interrupt this fiber: finish and log first
-    return yield* Effect.uninterruptible(pipeline(request, url, method, path, body))
+    return yield* Effect.uninterruptible(serve(pipeline, incoming, requestId))
   })
-
-  return app
 })
