@@ -2,29 +2,9 @@
  * The arithmetic of spec §8's fixed windows, with no I/O: given the stored state of a request's
  * buckets and the current time, may `permits` more requests start now, and if not, from when?
  * RateBudget runs it inside a transaction that holds the buckets' row locks; the backfill's ETA
- * runs it forward in time (`timeUntil`).
- *
- * A window begins at its first permit and lasts `windowMs` (spec §8: "a fixed one-hour window
- * that begins at its first request"). Two margins of `marginMs` protect against the gap between
- * our permit and the server's count of the request (network latency, a slow event loop):
- *
- * - no permit is granted in the last `marginMs` of a window ("closing"), so a request permitted
- *   late still reaches the server inside the server's window rather than opening its next one;
- * - a new window does not start until `marginMs` after the old one ended, because the server's
- *   window began when our first request *arrived*, after our first permit, and so ends after
- *   ours. That gap is not only the request's way to the server: a crawl's permits are taken
- *   ahead and held for up to a second (RateBudget's BULK_HOLD_MS), so the first request of a
- *   window may leave that much after the permit that began it. Half the margin was tried, also
- *   with no permits taken ahead on the grant that opens a window: each boundary lost 0.5 s
- *   instead of 1 s, but on a loaded machine requests sent early in a window were counted by the
- *   server in the last one (over-limit requests in the 20-connection fairness test, whose
- *   compressed windows leave a margin of a tenth of a window).
- *
- * Windows are anchored to events, not to wall-clock hours, so clock skew between our hosts and the
- * CRM does not matter; only that latency does. Priorities share a window through reserves: bulk
- * work must leave `reserveInteractive + reserveIncremental` of the limit unused, incremental work
- * `reserveInteractive`. An unused reserve is not wasted: it shrinks linearly to nothing over the
- * window, so by the window's close bulk work may take everything the others did not.
+ * runs it forward in time (`timeUntil`). Windows are anchored to events, not to wall-clock hours,
+ * so clock skew with the CRM does not matter: a window begins at its first permit and lasts
+ * `windowMs` ("a fixed one-hour window that begins at its first request").
  */
 
 export type Priority = "interactive" | "incremental" | "bulk"
@@ -64,6 +44,19 @@ export type Decision =
 /**
  * The margin actually applied to a window: the configured one, but never more than a tenth of the
  * window, so a shortened test window (seconds) still leaves most of itself usable.
+ *
+ * Two margins protect against the gap between our permit and the server's count of the request
+ * (network latency, a slow event loop): no permit is granted in the last `marginMs` of a window
+ * ("closing"), so a request permitted late still reaches the server inside the server's window;
+ * and a new window does not start until `marginMs` after the old one ended (`current`), because
+ * the server's window began when our first request *arrived*, after our first permit, and so ends
+ * after ours. That gap is not only the way to the server: a crawl's permits are taken ahead and
+ * held for up to a second (RateBudget's BULK_HOLD_MS), so a window's first request may leave that
+ * much after the permit that began it. Half the margin was tried, also with no permits taken ahead
+ * on the grant that opens a window: each boundary lost 0.5 s instead of 1 s, but on a loaded
+ * machine requests sent early in a window were counted by the server in the last one (over-limit
+ * requests in the 20-connection fairness test, whose compressed windows leave a margin of a tenth
+ * of a window).
  */
 export const effectiveMargin = (windowMs: number, policy: Policy): number =>
   Math.max(0, Math.min(policy.marginMs, Math.floor(windowMs / 10)))
@@ -81,7 +74,13 @@ const current = (state: WindowState, now: number, margin: number): { start: numb
     ? { start: now, used: 0 }
     : { start: state.windowStart, used: state.used }
 
-/** Permits that must stay unused at `now` for a priority: the reserve, decaying to zero at the close. */
+/**
+ * Permits that must stay unused at `now` for a priority: the reserve, decaying to zero at the
+ * close. Priorities share a window through reserves: bulk work must leave `reserveInteractive +
+ * reserveIncremental` of the limit unused, incremental work `reserveInteractive`. An unused reserve
+ * is not wasted: it shrinks linearly to nothing over the window, so by the window's close bulk work
+ * may take everything the others did not.
+ */
 const reserveAt = (start: number, closeAt: number, now: number, share: number, limit: number): number => {
   if (share <= 0 || closeAt <= start) return 0
   const decay = Math.min(1, Math.max(0, (closeAt - now) / (closeAt - start)))

@@ -1,20 +1,8 @@
 /**
- * Health and metrics routes, served on the admin listener (AdminRoutes.ts); the webhook port
- * serves only `/healthz` of them:
- *
- * - `GET /healthz`: liveness. 200 as long as the process can answer HTTP at all; it deliberately
- *   does not look at the database, so an orchestrator does not restart a healthy process because
- *   PostgreSQL is briefly away (the inbox answers 503 meanwhile and senders retry).
- * - `GET /readyz`: readiness. 200 when the database answers a trivial query within two seconds
- *   and every connection's credentials can be used by this process; else 503 with one line per
- *   reason. A load balancer then stops sending deliveries to a replica that cannot store them, and
- *   a rollout whose new replicas have a missing or wrong `CRM_SYNC_ENCRYPTION_KEY` stalls with the
- *   old replicas still serving, instead of replacing working replicas with ones whose every OAuth
- *   job fails. A grant that needs re-authorization does not make a replica unready: it is the
- *   same for every replica, and the intake must go on storing deliveries meanwhile.
- * - `GET /metrics`: every metric in Effect's registry as Prometheus text (see Metrics.ts).
- *
- * `HealthRoutes` only registers routes on the `HttpRouter`; `main.ts` serves them on `admin_port`.
+ * Health and metrics routes, served on the admin listener (AdminRoutes.ts; the webhook port serves
+ * only `/healthz`): `/healthz` (liveness: the process answers HTTP), `/readyz` (readiness: the
+ * database answers and every connection's credentials can be used; 503 with one line per reason)
+ * and `/metrics` (every metric in Effect's registry as Prometheus text).
  */
 import { Duration, Effect, Layer, Option } from "effect"
 import { HttpRouter, HttpServerResponse } from "effect/http"
@@ -36,6 +24,14 @@ const credentialProblems = (config: AppConfig["Service"], credentials: Credentia
     )
   ).pipe(Effect.map((problems) => problems.flatMap((problem) => Option.toArray(problem))))
 
+/**
+ * `/readyz`: 200 when the database answers a trivial query within two seconds and every
+ * connection's credentials can be used by this process. A load balancer then stops sending
+ * deliveries to a replica that cannot store them, and a rollout whose new replicas have a missing
+ * or wrong `CRM_SYNC_ENCRYPTION_KEY` stalls with the old replicas serving. A grant that needs
+ * re-authorization does not make a replica unready: it is the same for every replica, and the
+ * intake must go on storing deliveries meanwhile.
+ */
 const readiness = HttpRouter.use(
   Effect.fnUntraced(function* (router) {
     const sql = yield* SqlClient
@@ -56,7 +52,11 @@ const readiness = HttpRouter.use(
   })
 )
 
-/** `/healthz` alone: what the webhook port serves besides the deliveries, for load balancers. */
+/**
+ * `/healthz` alone: what the webhook port serves besides the deliveries, for load balancers. It
+ * deliberately does not look at the database, so an orchestrator does not restart a healthy
+ * process because PostgreSQL is briefly away (the inbox answers 503 meanwhile and senders retry).
+ */
 export const LivenessRoute = HttpRouter.add("GET", "/healthz", ok)
 
 /** `/healthz`, `/readyz` and `/metrics`. Needs the `HttpRouter`, a `SqlClient`, the config and Credentials. */

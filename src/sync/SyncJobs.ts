@@ -1,25 +1,9 @@
 /**
- * The read-sync jobs of `crm-sync run`: for every configured connection, the business poll (every
- * `schedules.businesses`, default 5 minutes), the crawls of annuity contracts and financial
- * accounts (every `schedules.crawl`, default 6 hours), the business crawl (every
- * `schedules.business_crawl`, default 24 hours: the poll cannot see deletions, so only a full
- * listing, two clean ones in a row, finds them) and the reference refresh (every
- * `schedules.reference`, default 24 hours). Each is a background worker with no API —
- * `Layer.effectDiscard` with one `forkScoped` loop per job — that `main.ts` merges into the daemon.
- *
- * A job is due `interval` after its last successful run as `crm_sync.job_runs` records it (on the
- * database's clock), so a restarted daemon does not crawl again at once, and a run another replica
- * made counts. A due job runs under its resource's lease (JobLease), which is also where it is
- * asked once more whether it is still due (a replica may have just run it); when another process
- * holds the lease (another replica, a backfill) the turn is skipped and tried again a minute
- * later. Every run is a
- * row in `job_runs`. A failed run is retried after at most 10 minutes, or within 30 s when it was
- * the database that failed (a failed crawl resumes where it stopped); the loops never die of a
- * job's failure. Every 30 s the daemon also sweeps for runs whose holder died (OrphanSweepLive).
- *
- * On SIGTERM the layer's scope closes and the loops are interrupted: a request in flight is
- * abandoned, the page being written commits (page writes are uninterruptible), the lease is
- * released, the job's row says `interrupted`, and an interrupted crawl resumes at the next start.
+ * The read-sync jobs of `crm-sync run`, for every configured connection: the business poll, the
+ * crawls of annuity contracts and financial accounts, the business crawl (the only way business
+ * deletions show), the reference refresh and the subscription check. Each is a background loop
+ * (`Layer.effectDiscard` with one `forkScoped` loop per job) that never dies of a job's failure;
+ * every run is a row in `crm_sync.job_runs`, taken under the resource's lease.
  */
 import { Cause, Duration, Effect, Layer, Option, Schema } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
@@ -88,7 +72,21 @@ const isDatabaseFailure = (failure: SyncError | LeaseError | SqlError | Schema.S
 const isDatabaseDefect = (cause: Cause.Cause<unknown>): boolean =>
   cause.reasons.some((reason) => Cause.isDieReason(reason) && isSqlError(reason.defect))
 
-/** The loop of one job: wait until due, run under the lease, record, repeat; never fails. */
+/**
+ * The loop of one job: wait until due, run under the lease, record, repeat; never fails.
+ *
+ * A job is due `interval` after its last successful run as `crm_sync.job_runs` records it (on the
+ * database's clock), so a restarted daemon does not crawl again at once, and a run another replica
+ * made counts. A due job runs under its resource's lease (JobLease), which is also where it is
+ * asked once more whether it is still due (a replica may have just run it); when another process
+ * holds the lease (another replica, a backfill) the turn is skipped and tried a minute later. A
+ * failed run is retried after at most 10 minutes, or within 30 s when it was the database that
+ * failed (a failed crawl resumes where it stopped).
+ *
+ * On SIGTERM the layer's scope closes and the loops are interrupted: a request in flight is
+ * abandoned, the page being written commits (page writes are uninterruptible), the lease is
+ * released, the job's row says `interrupted`, and an interrupted crawl resumes at the next start.
+ */
 const loop = (job: ScheduledJob) =>
   Effect.gen(function* () {
     const leases = yield* JobLease

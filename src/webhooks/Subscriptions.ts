@@ -1,22 +1,10 @@
 /**
- * Webhook subscriptions of a connection (spec §3, §4, §5 rule 6), behind
- * `crm-sync webhooks subscribe` and `crm-sync webhooks unsubscribe`.
- *
- * A subscription belongs to the app, the user and the company the connection's OAuth token was
- * issued for; it covers every book that user can reach in that company (spec §4 rule 7). Both
- * commands are idempotent as the CRM defines them (spec §3): subscribing again returns the existing
- * subscription (the spec gives 201 for the first; a repeat returns the same id), unsubscribing
- * when there is none is a 204. So these
- * functions simply make the call: running them twice is safe.
- *
- * Personal access tokens cannot create or remove subscriptions (spec §5 rule 6); such a connection
- * is refused here, before any request, with a message saying what to do instead.
- *
- * Both record what they did in `crm_sync.webhook_subscriptions`, and `check` (daily in the daemon,
- * SubscriptionCheckLive) asks again: the subscription can vanish without a word (an administrative
- * disconnect, the app deleted, spec §3), and every event from then on is lost. The check's POST
- * returns the existing subscription, or creates a new one when it was gone: a different id than
- * the stored one says so, is logged as an error and exported (`crm_sync_webhook_subscription_ok`).
+ * Webhook subscriptions of a connection (spec §3, §4, §5 rule 6), behind `crm-sync webhooks
+ * subscribe` / `unsubscribe` and the daily check. A subscription covers every book the token's
+ * user can reach in its company (spec §4 rule 7). Both commands are idempotent as the CRM defines
+ * them (a repeat subscribe returns the same subscription, unsubscribing when there is none is a
+ * 204); personal access tokens are refused before any request (spec §5 rule 6). What each did is
+ * recorded in `crm_sync.webhook_subscriptions`.
  */
 import { Effect, Option, Schema } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
@@ -148,7 +136,10 @@ export interface SubscriptionCheck {
  * existing one, spec §3) and compares it with the stored one. A connection crm-sync never
  * subscribed, or one unsubscribed on purpose, is left alone. A refused grant is `unreachable`
  * (the connection already says it needs `crm-sync connect`); other CRM failures fail the check,
- * which runs again later.
+ * which runs again later. It exists because the subscription can vanish without a word (an
+ * administrative disconnect, the app deleted, spec §3), and every event from then on is lost: the
+ * POST then creates a new one, whose different id is logged as an error and exported
+ * (`crm_sync_webhook_subscription_ok`).
  */
 export const check = Effect.fn("Subscriptions.check")(function* (client: CrmClientShape) {
   const sql = yield* SqlClient
