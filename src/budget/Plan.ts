@@ -3,14 +3,6 @@
  * each job has to read, how many requests per hour each job needs, whether they fit, how long a
  * full crawl takes at the budget it actually gets, and how old a change can be when it reaches the
  * warehouse. `crm-sync plan`, `/status` and the daemon's metrics all print this one computation.
- *
- * The model. Every job's demand is averaged over an hour of the strictest bucket's limit (spec §8:
- * the strictest bucket wins). Polls, the reference refresh, reconciliation (amortized over the
- * day its cron gives), the outbound writer and webhook follow-up reads come first: they run at
- * interactive or incremental priority, or once a day. Crawls are bulk work and get what is left;
- * crawls due at the same time share it evenly (a smaller one finishes first and leaves its share
- * to the others). A crawl that takes longer than its interval runs back to back (the scheduler
- * waits for the previous run to finish), so its effective interval is its duration.
  */
 import { formatDuration } from "../observability/Text.ts"
 
@@ -236,7 +228,16 @@ const freshnessOf = (input: PlanInput, crawls: ReadonlyArray<CrawlPlan>, reconci
   return rows
 }
 
-/** The plan of one connection. */
+/**
+ * The plan of one connection. Every job's demand is averaged over an hour of the strictest
+ * bucket's limit (spec §8: the strictest bucket wins). Polls, the reference refresh,
+ * reconciliation (amortized over the day its cron gives), the outbound writer and webhook
+ * follow-up reads come first: they run at interactive or incremental priority, or once a day.
+ * Crawls are bulk work and get what is left; crawls due at the same time share it evenly (a
+ * smaller one finishes first and leaves its share to the others). A crawl that takes longer than
+ * its interval runs back to back (the scheduler waits for the previous run to finish), so its
+ * effective interval is its duration.
+ */
 export const planConnection = (input: PlanInput): ConnectionPlan => {
   const limitPerHour = (input.bucket.limit * HOUR_MS) / input.bucket.windowMs
   const others = baseDemand(input, input.bucket.limit)

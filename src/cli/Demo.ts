@@ -1,17 +1,7 @@
 /**
  * The demo (`npm start`, `crm-sync demo`): crm-sync's whole daemon against the bundled sandbox,
- * with nothing configured.
- *
- * `prepareDemo` sets the sandbox up as a partner would set up the real CRM: an OAuth connection
- * for the sandbox's own user (tokens issued by the sandbox's admin API instead of a browser round
- * trip), partner webhook endpoints pointing at this process's intake — one for every event that
- * carries `event_type`, and one each for `client.created`, `client.updated` and
- * `prospect.created`, which do not (spec §6.3) — with fresh signing secrets, and the connection's
- * webhook subscription. It returns the configuration the daemon then runs with.
- *
- * `demoActivity` plays the CRM's users: every few seconds one change (a task created, completed
- * or reopened, a meeting and its transcript, a note, a client), so webhook deliveries flow, and
- * now and then a prospect for the outbound writer to create through the outbox.
+ * with nothing configured. `prepareDemo` sets the sandbox up as a partner sets up the real CRM;
+ * `demoActivity` plays the CRM's users so that webhook deliveries flow.
  */
 import { DateTime, Duration, Effect, Random, Redacted, Schedule } from "effect"
 import { randomBytes } from "node:crypto"
@@ -36,6 +26,13 @@ const untyped: ReadonlyArray<{ readonly name: string; readonly event: EventType 
 /** Every other event carries `event_type`: one endpoint takes them all. */
 const typed: ReadonlyArray<EventType> = EVENT_TYPES.filter((event) => !untyped.some((entry) => entry.event === event))
 
+/**
+ * Sets the sandbox up as a partner would set up the real CRM: an OAuth connection for the
+ * sandbox's own user (tokens issued by the sandbox's admin API instead of a browser round trip),
+ * partner webhook endpoints pointing at this process's intake — one for every event that carries
+ * `event_type`, and one each for `client.created`, `client.updated` and `prospect.created`, which
+ * do not (spec §6.3) — with fresh signing secrets. Returns the configuration the daemon runs with.
+ */
 export const prepareDemo = Effect.fn("Demo.prepare")(function* (base: AppConfigShape) {
   const sandbox = yield* Sandbox
   const { credentials, admin } = sandbox
@@ -173,7 +170,11 @@ const oneChange = Effect.gen(function* () {
   }
 })
 
-/** The CRM's users at work, one change every few seconds, for as long as the demo runs. */
+/**
+ * The CRM's users at work, one change every few seconds for as long as the demo runs (a task
+ * created, completed or reopened, a meeting and its transcript, a note, a client), and now and then
+ * a prospect for the outbound writer to create through the outbox.
+ */
 export const demoActivity = oneChange.pipe(
   Effect.catchCause((cause) => Effect.logDebug("demo activity skipped a change", cause)),
   Effect.repeat(Schedule.spaced(Duration.seconds(4))),

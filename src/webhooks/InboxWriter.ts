@@ -1,16 +1,8 @@
 /**
- * InboxWriter: group commit for the webhook intake. A delivery is answered 2xx only after its
- * inbox row is committed (DESIGN: "Durable before acknowledged"); one INSERT and one commit per
- * request would cap throughput at what one connection's round trips and WAL flushes allow, so
- * concurrent deliveries share statements instead.
- *
- * Each request puts its row on a bounded queue with a `Deferred` and waits on it. `writers`
- * fibers each take whatever is queued (up to `maxBatch` rows), INSERT them in one statement (its
- * own transaction), and complete every waiter with `inserted`, `duplicate` or the failure. No
- * timer is involved: under light load a batch is one row and is written at once; under heavy load
- * rows pile up while a statement is in flight and the next statement carries them all. A failed
- * statement fails every waiter of that batch (they answer 503; the sender retries), and the
- * writer goes on with the next batch.
+ * InboxWriter: group commit for the webhook intake. A delivery is answered 2xx only after its inbox
+ * row is committed; concurrent deliveries share one INSERT and one commit instead of paying a round
+ * trip and a WAL flush each. A failed statement fails every waiter of its batch (they answer 503;
+ * the sender retries).
  */
 import { Cause, Context, Deferred, Effect, Layer, Queue, Schema } from "effect"
 import { oneLine } from "../observability/Text.ts"
@@ -47,6 +39,13 @@ export class InboxWriter extends Context.Service<
     readonly accept: (row: InboxRow) => Effect.Effect<AcceptResult, InboxUnavailable>
   }
 >()("crm-sync/webhooks/InboxWriter") {
+  /**
+   * Each request puts its row on a bounded queue with a `Deferred` and waits on it. `writers`
+   * fibers each take whatever is queued (up to `maxBatch` rows), INSERT them in one statement (its
+   * own transaction), and complete every waiter with `inserted`, `duplicate` or the failure. No
+   * timer is involved: under light load a batch is one row and is written at once; under heavy
+   * load rows pile up while a statement is in flight and the next statement carries them all.
+   */
   static readonly layerWith = (options: InboxWriterOptions = {}) =>
     Layer.effect(
       InboxWriter,

@@ -1,17 +1,8 @@
 /**
- * Webhook delivery authentication (spec §5 rule 7): reading the three delivery headers and
- * checking the signature over the raw, unparsed body with the `standardwebhooks` library.
- *
- * Header names: the spec writes `hook-id`, `hook-timestamp`, `hook-signature` and says the
- * delivery platform's real names carry a vendor word, so `webhook-*` (Standard Webhooks) and
- * `svix-*` are accepted too; the first prefix that brings all three wins. Missing or malformed
- * headers are a 400, a bad signature or a timestamp outside the tolerance a 401.
- *
- * The HMAC itself is the library's (`Webhook.sign`, the same code its `verify` runs); the
- * comparison and the timestamp window are done here, because `verify` reads `Date.now()` and
- * hard-codes five minutes, while crm-sync's tolerance is configurable (`webhooks.tolerance`) and
- * its clock is Effect's `Clock` (testable). Several secrets may be live at once during a rotation:
- * a delivery signed by any of them is accepted (spec §6.1: one signing secret per endpoint).
+ * Webhook delivery authentication (spec §5 rule 7): the three delivery headers, and the signature
+ * over the raw, unparsed body with the `standardwebhooks` library. Missing or malformed headers are
+ * a 400, a bad signature or a timestamp outside the tolerance a 401. Several secrets may be live at
+ * once during a rotation: a delivery signed by any of them is accepted.
  */
 import { Duration, Redacted, Result, Schema } from "effect"
 import type { Headers } from "effect/http"
@@ -72,7 +63,9 @@ const reject = (reason: RejectionReason, detail: string) => Result.fail(new Webh
 
 /**
  * Reads id, timestamp and signatures from the first complete set of `hook-*`, `webhook-*` or
- * `svix-*` headers. Header names are already lower-case in `Headers`.
+ * `svix-*` headers. Header names are already lower-case in `Headers`. The spec writes `hook-*` and
+ * says the delivery platform's real names carry a vendor word, so `webhook-*` (Standard Webhooks)
+ * and `svix-*` are accepted too; the first prefix that brings all three wins.
  */
 export const readDeliveryHeaders = (headers: Headers.Headers): Result.Result<DeliveryHeaders, WebhookRejected> => {
   const prefix = HEADER_PREFIXES.find(
@@ -118,6 +111,11 @@ const SECRET_PREFIX = "whsec_"
 /**
  * Builds a verifier for one endpoint. Throws (as the library does) when a secret is not a valid
  * `whsec_<base64>` key; callers turn that into a configuration error at startup.
+ *
+ * The HMAC itself is the library's (`Webhook.sign`, the same code its `verify` runs); the
+ * comparison and the timestamp window are done here, because `verify` reads `Date.now()` and
+ * hard-codes five minutes, while crm-sync's tolerance is configurable (`webhooks.tolerance`) and
+ * its clock is Effect's `Clock` (testable).
  */
 export const makeSignatureVerifier = (
   secrets: ReadonlyArray<Redacted.Redacted<string>>,
