@@ -298,12 +298,12 @@ const attempt = (
 const acquireRound = (
   budget: Budget,
   sorted: ReadonlyArray<BucketSpec>,
+  key: string,
   permits: number,
   priority: Priority,
   ahead: boolean
 ) =>
   Effect.gen(function* () {
-    const key = reservoirKey(sorted)
     const blocked = budget.local.blocked(sorted, yield* Clock.currentTimeMillis)
     if (blocked !== undefined) return blocked
     // Checked on every round: while this acquirer waited, another may have taken some ahead.
@@ -332,8 +332,9 @@ const acquire = (budget: Budget) =>
     const permits = options.permits ?? 1
     const sorted = yield* validated(buckets, permits)
     const ahead = options.priority === "bulk" && permits === 1
-    const round = acquireRound(budget, sorted, permits, options.priority, ahead)
-    const guarded = ahead ? budget.local.refillLock(reservoirKey(sorted)).withPermits(1)(round) : round
+    const key = reservoirKey(sorted)
+    const round = acquireRound(budget, sorted, key, permits, options.priority, ahead)
+    const guarded = ahead ? budget.local.refillLock(key).withPermits(1)(round) : round
     while (true) {
       const denied = yield* guarded
       if (denied === undefined) return

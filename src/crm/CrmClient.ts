@@ -195,8 +195,9 @@ export class UnknownConnection extends Schema.TaggedError<UnknownConnection>()("
  * fail its page, whereas the warehouse must keep it in `raw`; the budget, 429 bookkeeping, the
  * per-call idempotency key and the OAuth refresh need the call's context (priority, connection,
  * attempt), which a transport middleware does not see; and spec §7 leaves most error statuses
- * "not shown", so errors are classified by status here rather than declared per endpoint. The
- * schemas are still shared: the models of `Models.ts` describe what every endpoint returns.
+ * "not shown", so errors are classified by status (CrmTransport) rather than declared per
+ * endpoint. The schemas are still shared: the models of `Models.ts` describe what every endpoint
+ * returns.
  */
 export class CrmClient extends Context.Service<CrmClient, CrmClientShape>()("crm-sync/crm/CrmClient") {
   /** A client for the named connection (default: the first configured). */
@@ -217,6 +218,7 @@ export class CrmClient extends Context.Service<CrmClient, CrmClientShape>()("crm
   /** The client of a named connection. */
   static readonly layerFor = (connectionName: string) => Layer.effect(CrmClient, CrmClient.make(connectionName))
 }
+
 // ---------------------------------------------------------------------------------------------
 // How endpoints call and decode
 // ---------------------------------------------------------------------------------------------
