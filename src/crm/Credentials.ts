@@ -3,17 +3,9 @@
  *
  * A personal access token (spec §5.2) comes from the config and never changes. An OAuth connection
  * (spec §5.3) keeps its token pair in `crm_sync.credentials`, encrypted (TokenCipher), and
- * refreshes it with the `refresh_token` grant shortly before it expires or when the API answers
- * 401. Refreshing is single-flight across every process on the database: the refresher holds the
- * connection's row lock (`SELECT ... FOR UPDATE`) while it calls the token endpoint and commits the
- * new pair — the rotated refresh token included — before anyone uses the new access token. A
- * process that waited on the lock finds the token changed and uses it without a token request of
- * its own. `invalid_grant` marks the connection as needing re-authorization (visible in `status`);
- * nothing retries it until `crm-sync connect` stores a new pair.
- *
- * One hazard is left to the authorization server: if it rotates the refresh token and our commit
- * then fails, the stored refresh token is the old one, and the next refresh ends in `invalid_grant`
- * (needs re-authorization) — loud, never a silent loop.
+ * refreshes it shortly before it expires or when the API answers 401: single-flight across every
+ * process on the database (see `refreshLocked`). `invalid_grant` marks the connection as needing
+ * re-authorization (visible in `status`); nothing retries it until `crm-sync connect` stores a new pair.
  */
 import { Context, DateTime, Duration, Effect, Layer, Option, Redacted, Result, Schema, Semaphore } from "effect"
 import type { HttpClient } from "effect/http"
@@ -97,6 +89,283 @@ interface Cached {
   readonly refreshAt: number | undefined
 }
 
+/** What the service's functions share: the database, the encryption key, this process's cache and locks. */
+interface Vault {
+  readonly sql: SqlClient
+  readonly key: Result.Result<TokenKey, string>
+  readonly httpClient: Context.Context<HttpClient.HttpClient>
+  readonly cache: Map<string, Cached>
+  /** One refresh at a time per connection in this process (the row lock orders the processes). */
+  readonly locks: Map<string, Semaphore.Semaphore>
+}
+
+const lockFor = (vault: Vault, name: string) => {
+  const existing = vault.locks.get(name)
+  if (existing !== undefined) return existing
+  const created = Semaphore.makeUnsafe(1)
+  vault.locks.set(name, created)
+  return created
+}
+
+const tokenKey = (vault: Vault, operation: string, connection: Connection) =>
+  Result.match(vault.key, {
+    onSuccess: Effect.succeed,
+    onFailure: (detail) => Effect.fail(failure(operation, connection, new MissingCredentials({ detail })))
+  })
+
+const openToken = (vault: Vault, operation: string, connection: Connection, sealed: Uint8Array) =>
+  Effect.flatMap(tokenKey(vault, operation, connection), (k) =>
+    Result.match(open(k, connection.name, sealed), {
+      onSuccess: Effect.succeed,
+      onFailure: (detail) => Effect.fail(failure(operation, connection, new MissingCredentials({ detail })))
+    })
+  )
+
+const readRow = (sql: SqlClient, connection: Connection, lock: boolean) =>
+  (lock
+    ? sql`SELECT ${sql.literal(COLUMNS)} FROM crm_sync.credentials WHERE connection = ${connection.name} FOR UPDATE`
+    : sql`SELECT ${sql.literal(COLUMNS)} FROM crm_sync.credentials WHERE connection = ${connection.name}`
+  ).pipe(
+    Effect.flatMap(decodeRows),
+    Effect.map((rows) => Option.fromUndefinedOr(rows[0]))
+  )
+
+const remember = Effect.fnUntraced(function* (
+  vault: Vault,
+  connection: Connection,
+  token: Redacted.Redacted<string>,
+  expiresInMs: number | null
+) {
+  const now = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
+  vault.cache.set(connection.name, {
+    token,
+    refreshAt: expiresInMs === null ? undefined : now + expiresInMs - Duration.toMillis(REFRESH_AHEAD)
+  })
+  return token
+})
+
+const needsReauthorization = (operation: string, connection: Connection, row: Row) =>
+  failure(operation, connection, new NeedsReauthorization(row.last_error === null ? {} : { detail: row.last_error }))
+
+/**
+ * The grant's failure, committed with it: `status` shows it, and no other process retries a dead
+ * grant.
+ */
+const recordRefreshFailure = (sql: SqlClient, connection: Connection, error: CrmError) => {
+  const reason = error.reason
+  const dead = reason instanceof NeedsReauthorization
+  return sql`UPDATE crm_sync.credentials
+    SET needs_reauthorization = needs_reauthorization OR ${dead},
+        last_error = ${dead ? `invalid_grant${reason.detail === undefined ? "" : `: ${reason.detail}`}` : reason.description},
+        updated_at = now()
+    WHERE connection = ${connection.name}`
+}
+
+/**
+ * The new pair, the rotated refresh token included, committed before either is used. One hazard
+ * is left to the authorization server: if it rotates the refresh token and this commit then
+ * fails, the stored refresh token is the old one, and the next refresh ends in `invalid_grant`
+ * (needs re-authorization) — loud, never a silent loop.
+ */
+const storeRefreshed = (sql: SqlClient, connection: Connection, k: TokenKey, tokens: TokenSet, row: Row) => {
+  const expiresInMs = tokens.expiresIn === undefined ? null : Duration.toMillis(tokens.expiresIn)
+  return sql`UPDATE crm_sync.credentials
+    SET access_token = ${seal(k, connection.name, tokens.accessToken)},
+        refresh_token = ${tokens.refreshToken === undefined ? row.refresh_token : seal(k, connection.name, tokens.refreshToken)},
+        access_expires_at = ${expiresInMs === null ? null : expiresInMs / 1000}::float8 * interval '1 second' + clock_timestamp(),
+        needs_reauthorization = false, last_error = NULL, updated_at = now()
+    WHERE connection = ${connection.name}`.pipe(Effect.as(expiresInMs))
+}
+
+/**
+ * Inside the row lock: reuse a token someone else refreshed, or refresh it ourselves. The refresher
+ * holds the connection's row lock (`SELECT ... FOR UPDATE`) while it calls the token endpoint and
+ * commits the new pair; a process that waited on the lock finds the token changed and uses it
+ * without a token request of its own.
+ */
+const refreshLocked = Effect.fnUntraced(function* (
+  vault: Vault,
+  connection: Connection,
+  rejected: Redacted.Redacted<string> | undefined
+) {
+  const { sql } = vault
+  const operation = "Credentials.refresh"
+  yield* sql.unsafe(`SET LOCAL lock_timeout = '${LOCK_TIMEOUT}'`)
+  const row = yield* readRow(sql, connection, true)
+  if (Option.isNone(row) || row.value.access_token === null) return yield* notConnected(operation, connection)
+  if (row.value.needs_reauthorization) return yield* needsReauthorization(operation, connection, row.value)
+  const current = yield* openToken(vault, operation, connection, row.value.access_token)
+  const expiring = row.value.expires_in_ms !== null && row.value.expires_in_ms < Duration.toMillis(REFRESH_AHEAD)
+  const replaced = rejected !== undefined && Redacted.value(current) !== Redacted.value(rejected)
+  if ((rejected === undefined || replaced) && !expiring) {
+    return Result.succeed({ token: current, expiresInMs: row.value.expires_in_ms, refreshed: false })
+  }
+  if (row.value.refresh_token === null) {
+    yield* sql`UPDATE crm_sync.credentials
+      SET needs_reauthorization = true, last_error = 'no refresh token', updated_at = now()
+      WHERE connection = ${connection.name}`
+    return Result.fail(failure(operation, connection, new NeedsReauthorization({ detail: "no refresh token" })))
+  }
+  const refreshToken = yield* openToken(vault, operation, connection, row.value.refresh_token)
+  const outcome = yield* refreshGrant(connection, refreshToken).pipe(
+    Effect.provideContext(vault.httpClient),
+    Effect.result
+  )
+  if (Result.isFailure(outcome)) {
+    yield* recordRefreshFailure(sql, connection, outcome.failure)
+    return Result.fail(outcome.failure)
+  }
+  const k = yield* tokenKey(vault, operation, connection)
+  const expiresInMs = yield* storeRefreshed(sql, connection, k, outcome.success, row.value)
+  return Result.succeed({ token: outcome.success.accessToken, expiresInMs, refreshed: true })
+})
+
+const refresh = (vault: Vault) =>
+  Effect.fn("Credentials.refresh")(function* (connection: Connection, rejected: Redacted.Redacted<string> | undefined) {
+    if (configuredToken(connection) !== undefined) {
+      // A configured token cannot be refreshed: a 401 for it is final.
+      return yield* failure("Credentials.refresh", connection, new Unauthorized({}))
+    }
+    const outcome = yield* lockFor(vault, connection.name).withPermit(
+      vault.sql
+        .withTransaction(refreshLocked(vault, connection, rejected))
+        .pipe(
+          Effect.catchTag(["SqlError", "SchemaError"], (error) =>
+            Effect.fail(database("Credentials.refresh", connection)(error))
+          )
+        )
+    )
+    if (Result.isFailure(outcome)) {
+      vault.cache.delete(connection.name)
+      return yield* outcome.failure
+    }
+    if (outcome.success.refreshed) {
+      yield* Effect.logInfo("credentials: refreshed the OAuth access token").pipe(
+        Effect.annotateLogs({ connection: connection.name })
+      )
+    }
+    return yield* remember(vault, connection, outcome.success.token, outcome.success.expiresInMs)
+  })
+
+const token = (vault: Vault, refresh: Credentials["Service"]["refresh"]) =>
+  Effect.fn("Credentials.token")(function* (connection: Connection) {
+    const configured = configuredToken(connection)
+    if (configured !== undefined) return configured
+    const now = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
+    const cached = vault.cache.get(connection.name)
+    if (cached !== undefined && (cached.refreshAt === undefined || now < cached.refreshAt)) return cached.token
+    const row = yield* readRow(vault.sql, connection, false).pipe(
+      Effect.mapError(database("Credentials.token", connection))
+    )
+    if (Option.isNone(row) || row.value.access_token === null) {
+      return yield* notConnected("Credentials.token", connection)
+    }
+    if (row.value.needs_reauthorization) return yield* needsReauthorization("Credentials.token", connection, row.value)
+    const stored = yield* openToken(vault, "Credentials.token", connection, row.value.access_token)
+    if (row.value.expires_in_ms !== null && row.value.expires_in_ms < Duration.toMillis(REFRESH_AHEAD)) {
+      return yield* refresh(connection, undefined)
+    }
+    return yield* remember(vault, connection, stored, row.value.expires_in_ms)
+  })
+
+const store = (vault: Vault) =>
+  Effect.fn("Credentials.store")(function* (connection: Connection, tokens: TokenSet) {
+    const { sql } = vault
+    const k = yield* tokenKey(vault, "Credentials.store", connection)
+    const expiresInMs = tokens.expiresIn === undefined ? null : Duration.toMillis(tokens.expiresIn)
+    yield* sql`INSERT INTO crm_sync.credentials
+        (connection, access_token, refresh_token, access_expires_at, user_id, needs_reauthorization, last_error, updated_at)
+      VALUES (${connection.name}, ${seal(k, connection.name, tokens.accessToken)},
+        ${tokens.refreshToken === undefined ? null : seal(k, connection.name, tokens.refreshToken)},
+        ${expiresInMs === null ? null : expiresInMs / 1000}::float8 * interval '1 second' + clock_timestamp(),
+        NULL, false, NULL, now())
+      ON CONFLICT (connection) DO UPDATE SET
+        access_token = excluded.access_token, refresh_token = excluded.refresh_token,
+        access_expires_at = excluded.access_expires_at, user_id = NULL, needs_reauthorization = false,
+        last_error = NULL, updated_at = now()`.pipe(Effect.mapError(database("Credentials.store", connection)))
+    vault.cache.delete(connection.name)
+  })
+
+const recordUser = (sql: SqlClient) =>
+  Effect.fn("Credentials.recordUser")(function* (connection: Connection, userId: string) {
+    yield* sql`UPDATE crm_sync.credentials SET user_id = ${userId}, updated_at = now()
+      WHERE connection = ${connection.name}`.pipe(Effect.mapError(database("Credentials.recordUser", connection)))
+  })
+
+/** The status of a connection with no stored row to show: its token is configured, or there is none yet. */
+const unstoredStatus = (connection: Connection, source: "config" | "none"): CredentialStatus => ({
+  connection: connection.name,
+  kind: connection.credential,
+  source,
+  needsReauthorization: false,
+  userId: undefined,
+  accessExpiresAt: undefined,
+  lastError: undefined,
+  updatedAt: undefined
+})
+
+const status = (sql: SqlClient) =>
+  Effect.fn("Credentials.status")(function* (connection: Connection) {
+    if (configuredToken(connection) !== undefined) return unstoredStatus(connection, "config")
+    const row = yield* readRow(sql, connection, false).pipe(Effect.mapError(database("Credentials.status", connection)))
+    return Option.match(row, {
+      onNone: () => unstoredStatus(connection, "none"),
+      onSome: (value): CredentialStatus => ({
+        connection: connection.name,
+        kind: connection.credential,
+        source: value.access_token === null ? "none" : "stored",
+        needsReauthorization: value.needs_reauthorization,
+        userId: value.user_id ?? undefined,
+        accessExpiresAt:
+          value.expires_at_ms === null ? undefined : DateTime.makeUnsafe(Math.round(value.expires_at_ms)),
+        lastError: value.last_error ?? undefined,
+        updatedAt: DateTime.makeUnsafe(Math.round(value.updated_at_ms))
+      })
+    })
+  })
+
+const unusable = (vault: Vault) =>
+  Effect.fn("Credentials.unusable")(function* (connection: Connection) {
+    if (configuredToken(connection) !== undefined || connection.credential !== "oauth") {
+      return Option.none<string>()
+    }
+    const key = vault.key
+    if (Result.isFailure(key)) return Option.some(key.failure)
+    const row = yield* readRow(vault.sql, connection, false).pipe(
+      Effect.mapError(database("Credentials.unusable", connection))
+    )
+    const sealed = Option.flatMap(row, (value) => Option.fromNullishOr(value.access_token))
+    if (Option.isNone(sealed)) return Option.none<string>()
+    return Result.match(open(key.success, connection.name, sealed.value), {
+      onSuccess: () => Option.none<string>(),
+      onFailure: (detail) =>
+        Option.some(`the stored OAuth tokens cannot be opened with CRM_SYNC_ENCRYPTION_KEY: ${detail}`)
+    })
+  })
+
+const make = Effect.gen(function* () {
+  const config = yield* AppConfig
+  const vault: Vault = {
+    sql: yield* SqlClient,
+    key:
+      config.encryption_key === undefined
+        ? Result.fail("CRM_SYNC_ENCRYPTION_KEY (encryption_key) is not set; OAuth tokens are stored encrypted with it")
+        : parseKey(config.encryption_key),
+    httpClient: yield* Effect.context<HttpClient.HttpClient>(),
+    cache: new Map(),
+    locks: new Map()
+  }
+  const refreshToken = refresh(vault)
+  return Credentials.of({
+    token: token(vault, refreshToken),
+    refresh: refreshToken,
+    store: store(vault),
+    recordUser: recordUser(vault.sql),
+    status: status(vault.sql),
+    unusable: unusable(vault)
+  })
+})
+
 export class Credentials extends Context.Service<
   Credentials,
   {
@@ -127,253 +396,7 @@ export class Credentials extends Context.Service<
 >()("crm-sync/crm/Credentials") {
   static readonly layer: Layer.Layer<Credentials, never, AppConfig | SqlClient | HttpClient.HttpClient> = Layer.effect(
     Credentials,
-    Effect.gen(function* () {
-      const config = yield* AppConfig
-      const sql = yield* SqlClient
-      const httpClient = yield* Effect.context<HttpClient.HttpClient>()
-
-      const key: Result.Result<TokenKey, string> =
-        config.encryption_key === undefined
-          ? Result.fail(
-              "CRM_SYNC_ENCRYPTION_KEY (encryption_key) is not set; OAuth tokens are stored encrypted with it"
-            )
-          : parseKey(config.encryption_key)
-
-      const cache = new Map<string, Cached>()
-      const locks = new Map<string, Semaphore.Semaphore>()
-      const lockFor = (name: string) => {
-        const existing = locks.get(name)
-        if (existing !== undefined) return existing
-        const created = Semaphore.makeUnsafe(1)
-        locks.set(name, created)
-        return created
-      }
-
-      const tokenKey = (operation: string, connection: Connection) =>
-        Result.match(key, {
-          onSuccess: Effect.succeed,
-          onFailure: (detail) => Effect.fail(failure(operation, connection, new MissingCredentials({ detail })))
-        })
-
-      const openToken = (operation: string, connection: Connection, sealed: Uint8Array) =>
-        Effect.flatMap(tokenKey(operation, connection), (k) =>
-          Result.match(open(k, connection.name, sealed), {
-            onSuccess: Effect.succeed,
-            onFailure: (detail) => Effect.fail(failure(operation, connection, new MissingCredentials({ detail })))
-          })
-        )
-
-      const readRow = (connection: Connection, lock: boolean) =>
-        (lock
-          ? sql`SELECT ${sql.literal(COLUMNS)} FROM crm_sync.credentials WHERE connection = ${connection.name} FOR UPDATE`
-          : sql`SELECT ${sql.literal(COLUMNS)} FROM crm_sync.credentials WHERE connection = ${connection.name}`
-        ).pipe(
-          Effect.flatMap(decodeRows),
-          Effect.map((rows) => Option.fromUndefinedOr(rows[0]))
-        )
-
-      const remember = Effect.fnUntraced(function* (
-        connection: Connection,
-        token: Redacted.Redacted<string>,
-        expiresInMs: number | null
-      ) {
-        const now = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
-        cache.set(connection.name, {
-          token,
-          refreshAt: expiresInMs === null ? undefined : now + expiresInMs - Duration.toMillis(REFRESH_AHEAD)
-        })
-        return token
-      })
-
-      /** Inside the row lock: reuse a token someone else refreshed, or refresh it ourselves. */
-      const refreshLocked = Effect.fnUntraced(function* (
-        connection: Connection,
-        rejected: Redacted.Redacted<string> | undefined
-      ) {
-        const operation = "Credentials.refresh"
-        yield* sql.unsafe(`SET LOCAL lock_timeout = '${LOCK_TIMEOUT}'`)
-        const row = yield* readRow(connection, true)
-        if (Option.isNone(row) || row.value.access_token === null) return yield* notConnected(operation, connection)
-        if (row.value.needs_reauthorization) {
-          return yield* failure(
-            operation,
-            connection,
-            new NeedsReauthorization(row.value.last_error === null ? {} : { detail: row.value.last_error })
-          )
-        }
-        const current = yield* openToken(operation, connection, row.value.access_token)
-        const expiring = row.value.expires_in_ms !== null && row.value.expires_in_ms < Duration.toMillis(REFRESH_AHEAD)
-        const replaced = rejected !== undefined && Redacted.value(current) !== Redacted.value(rejected)
-        if ((rejected === undefined || replaced) && !expiring) {
-          return Result.succeed({ token: current, expiresInMs: row.value.expires_in_ms, refreshed: false })
-        }
-        if (row.value.refresh_token === null) {
-          yield* sql`UPDATE crm_sync.credentials
-            SET needs_reauthorization = true, last_error = 'no refresh token', updated_at = now()
-            WHERE connection = ${connection.name}`
-          return Result.fail(failure(operation, connection, new NeedsReauthorization({ detail: "no refresh token" })))
-        }
-        const refreshToken = yield* openToken(operation, connection, row.value.refresh_token)
-        const outcome = yield* refreshGrant(connection, refreshToken).pipe(
-          Effect.provideContext(httpClient),
-          Effect.result
-        )
-        if (Result.isFailure(outcome)) {
-          const reason = outcome.failure.reason
-          const needsReauthorization = reason instanceof NeedsReauthorization
-          // Committed with the failure: `status` shows it, and no other process retries a dead grant.
-          yield* sql`UPDATE crm_sync.credentials
-            SET needs_reauthorization = needs_reauthorization OR ${needsReauthorization},
-                last_error = ${needsReauthorization ? `invalid_grant${reason.detail === undefined ? "" : `: ${reason.detail}`}` : reason.description},
-                updated_at = now()
-            WHERE connection = ${connection.name}`
-          return Result.fail(outcome.failure)
-        }
-        const tokens = outcome.success
-        const k = yield* tokenKey(operation, connection)
-        const expiresInMs = tokens.expiresIn === undefined ? null : Duration.toMillis(tokens.expiresIn)
-        // The new refresh token is committed with the access token, before either is used.
-        yield* sql`UPDATE crm_sync.credentials
-          SET access_token = ${seal(k, connection.name, tokens.accessToken)},
-              refresh_token = ${tokens.refreshToken === undefined ? row.value.refresh_token : seal(k, connection.name, tokens.refreshToken)},
-              access_expires_at = ${expiresInMs === null ? null : expiresInMs / 1000}::float8 * interval '1 second' + clock_timestamp(),
-              needs_reauthorization = false, last_error = NULL, updated_at = now()
-          WHERE connection = ${connection.name}`
-        return Result.succeed({ token: tokens.accessToken, expiresInMs, refreshed: true })
-      })
-
-      const refresh = Effect.fn("Credentials.refresh")(function* (
-        connection: Connection,
-        rejected: Redacted.Redacted<string> | undefined
-      ) {
-        if (configuredToken(connection) !== undefined) {
-          // A configured token cannot be refreshed: a 401 for it is final.
-          return yield* failure("Credentials.refresh", connection, new Unauthorized({}))
-        }
-        const outcome = yield* lockFor(connection.name).withPermit(
-          sql
-            .withTransaction(refreshLocked(connection, rejected))
-            .pipe(
-              Effect.catchTag(["SqlError", "SchemaError"], (error) =>
-                Effect.fail(database("Credentials.refresh", connection)(error))
-              )
-            )
-        )
-        if (Result.isFailure(outcome)) {
-          cache.delete(connection.name)
-          return yield* outcome.failure
-        }
-        if (outcome.success.refreshed) {
-          yield* Effect.logInfo("credentials: refreshed the OAuth access token").pipe(
-            Effect.annotateLogs({ connection: connection.name })
-          )
-        }
-        return yield* remember(connection, outcome.success.token, outcome.success.expiresInMs)
-      })
-
-      const token = Effect.fn("Credentials.token")(function* (connection: Connection) {
-        const configured = configuredToken(connection)
-        if (configured !== undefined) return configured
-        const now = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
-        const cached = cache.get(connection.name)
-        if (cached !== undefined && (cached.refreshAt === undefined || now < cached.refreshAt)) return cached.token
-        const row = yield* readRow(connection, false).pipe(Effect.mapError(database("Credentials.token", connection)))
-        if (Option.isNone(row) || row.value.access_token === null) {
-          return yield* notConnected("Credentials.token", connection)
-        }
-        if (row.value.needs_reauthorization) {
-          return yield* failure(
-            "Credentials.token",
-            connection,
-            new NeedsReauthorization(row.value.last_error === null ? {} : { detail: row.value.last_error })
-          )
-        }
-        const stored = yield* openToken("Credentials.token", connection, row.value.access_token)
-        if (row.value.expires_in_ms !== null && row.value.expires_in_ms < Duration.toMillis(REFRESH_AHEAD)) {
-          return yield* refresh(connection, undefined)
-        }
-        return yield* remember(connection, stored, row.value.expires_in_ms)
-      })
-
-      const store = Effect.fn("Credentials.store")(function* (connection: Connection, tokens: TokenSet) {
-        const k = yield* tokenKey("Credentials.store", connection)
-        const expiresInMs = tokens.expiresIn === undefined ? null : Duration.toMillis(tokens.expiresIn)
-        yield* sql`INSERT INTO crm_sync.credentials
-            (connection, access_token, refresh_token, access_expires_at, user_id, needs_reauthorization, last_error, updated_at)
-          VALUES (${connection.name}, ${seal(k, connection.name, tokens.accessToken)},
-            ${tokens.refreshToken === undefined ? null : seal(k, connection.name, tokens.refreshToken)},
-            ${expiresInMs === null ? null : expiresInMs / 1000}::float8 * interval '1 second' + clock_timestamp(),
-            NULL, false, NULL, now())
-          ON CONFLICT (connection) DO UPDATE SET
-            access_token = excluded.access_token, refresh_token = excluded.refresh_token,
-            access_expires_at = excluded.access_expires_at, user_id = NULL, needs_reauthorization = false,
-            last_error = NULL, updated_at = now()`.pipe(Effect.mapError(database("Credentials.store", connection)))
-        cache.delete(connection.name)
-      })
-
-      const recordUser = Effect.fn("Credentials.recordUser")(function* (connection: Connection, userId: string) {
-        yield* sql`UPDATE crm_sync.credentials SET user_id = ${userId}, updated_at = now()
-          WHERE connection = ${connection.name}`.pipe(Effect.mapError(database("Credentials.recordUser", connection)))
-      })
-
-      const status = Effect.fn("Credentials.status")(function* (connection: Connection) {
-        if (configuredToken(connection) !== undefined) {
-          return {
-            connection: connection.name,
-            kind: connection.credential,
-            source: "config",
-            needsReauthorization: false,
-            userId: undefined,
-            accessExpiresAt: undefined,
-            lastError: undefined,
-            updatedAt: undefined
-          } satisfies CredentialStatus
-        }
-        const row = yield* readRow(connection, false).pipe(Effect.mapError(database("Credentials.status", connection)))
-        return Option.match(row, {
-          onNone: (): CredentialStatus => ({
-            connection: connection.name,
-            kind: connection.credential,
-            source: "none",
-            needsReauthorization: false,
-            userId: undefined,
-            accessExpiresAt: undefined,
-            lastError: undefined,
-            updatedAt: undefined
-          }),
-          onSome: (value): CredentialStatus => ({
-            connection: connection.name,
-            kind: connection.credential,
-            source: value.access_token === null ? "none" : "stored",
-            needsReauthorization: value.needs_reauthorization,
-            userId: value.user_id ?? undefined,
-            accessExpiresAt:
-              value.expires_at_ms === null ? undefined : DateTime.makeUnsafe(Math.round(value.expires_at_ms)),
-            lastError: value.last_error ?? undefined,
-            updatedAt: DateTime.makeUnsafe(Math.round(value.updated_at_ms))
-          })
-        })
-      })
-
-      const unusable = Effect.fn("Credentials.unusable")(function* (connection: Connection) {
-        if (configuredToken(connection) !== undefined || connection.credential !== "oauth") {
-          return Option.none<string>()
-        }
-        if (Result.isFailure(key)) return Option.some(key.failure)
-        const row = yield* readRow(connection, false).pipe(
-          Effect.mapError(database("Credentials.unusable", connection))
-        )
-        const sealed = Option.flatMap(row, (value) => Option.fromNullishOr(value.access_token))
-        if (Option.isNone(sealed)) return Option.none<string>()
-        return Result.match(open(key.success, connection.name, sealed.value), {
-          onSuccess: () => Option.none<string>(),
-          onFailure: (detail) =>
-            Option.some(`the stored OAuth tokens cannot be opened with CRM_SYNC_ENCRYPTION_KEY: ${detail}`)
-        })
-      })
-
-      return Credentials.of({ token, refresh, store, recordUser, status, unusable })
-    })
+    make
   )
 }
 

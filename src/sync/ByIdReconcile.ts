@@ -9,7 +9,8 @@
  */
 import { DateTime, Effect } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
-import { type CrmClientShape, CrmPermitSpent, type NoteParent, type Received } from "../crm/CrmClient.ts"
+import type { CrmClientShape, NoteParent, Received } from "../crm/CrmClient.ts"
+import { CrmPermitSpent } from "../crm/CrmTransport.ts"
 import type { CrmError } from "../crm/CrmError.ts"
 import { type KnownRecord, Warehouse } from "../warehouse/Warehouse.ts"
 import { idOf, PER_PAGE } from "./PageFetcher.ts"

@@ -12,13 +12,8 @@ import { percent } from "../observability/Text.ts"
 import { SqlClient } from "effect/sql/SqlClient"
 import type { SqlError } from "effect/sql/SqlError"
 import { CurrentLease } from "./JobLease.ts"
-import {
-  type Resource,
-  type Source,
-  type UpsertResult,
-  Warehouse,
-  type WarehouseError
-} from "../warehouse/Warehouse.ts"
+import { type Resource, type Source, type UpsertResult, Warehouse } from "../warehouse/Warehouse.ts"
+import type { WarehouseError } from "../warehouse/WarehouseError.ts"
 
 /** The crawl a PageCrawler is working on: fresh, or resumed where a restart cut it short. */
 export interface CrawlRun {

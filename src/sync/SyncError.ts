@@ -7,7 +7,7 @@
 import { Schema } from "effect"
 import type { SqlError } from "effect/sql/SqlError"
 import type { CrmError } from "../crm/CrmError.ts"
-import type { WarehouseError } from "../warehouse/Warehouse.ts"
+import type { WarehouseError } from "../warehouse/WarehouseError.ts"
 import type { CrawlRunsError } from "./CrawlRuns.ts"
 import type { LeaseError } from "./JobLease.ts"
 

@@ -1,3 +1,4 @@
+// Long by design: one declarative entry per warehouse table.
 /**
  * What the warehouse stores for each resource: one descriptor per table of schema `crm` (see
  * migrations/0001_crm_schema.sql) naming its model, its typed columns, its child tables and the

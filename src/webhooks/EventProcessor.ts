@@ -17,7 +17,8 @@ import { AppConfig } from "../config/AppConfig.ts"
 import { CrmError } from "../crm/CrmError.ts"
 import * as Metrics from "../observability/Metrics.ts"
 import { oneLine } from "../observability/Text.ts"
-import { Warehouse, WarehouseError } from "../warehouse/Warehouse.ts"
+import { Warehouse } from "../warehouse/Warehouse.ts"
+import { WarehouseError } from "../warehouse/WarehouseError.ts"
 import {
   type Applying,
   type ApplyDecision,
