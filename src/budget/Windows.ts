@@ -51,7 +51,7 @@ export type Decision =
  * and a new window does not start until `marginMs` after the old one ended (`current`), because
  * the server's window began when our first request *arrived*, after our first permit, and so ends
  * after ours. That gap is not only the way to the server: a crawl's permits are taken ahead and
- * held for up to a second (RateBudget's BULK_HOLD_MS), so a window's first request may leave that
+ * held for up to a second (BULK_HOLD_MS, Permits.ts), so a window's first request may leave that
  * much after the permit that began it. Half the margin was tried, also with no permits taken ahead
  * on the grant that opens a window: each boundary lost 0.5 s instead of 1 s, but on a loaded
  * machine requests sent early in a window were counted by the server in the last one (over-limit

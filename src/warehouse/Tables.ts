@@ -2,7 +2,7 @@
 /**
  * What the warehouse stores for each resource: one descriptor per table of schema `crm` (see
  * migrations/0001_crm_schema.sql) naming its model, its typed columns, its child tables and the
- * reference records it reveals. `Warehouse.ts` turns a descriptor into batch SQL, so adding a
+ * reference records it reveals. `BatchSql.ts` turns a descriptor into batch SQL, so adding a
  * resource is a migration plus one entry here (docs/warehouse.md, "How to add a resource").
  *
  * Column names are the spec's own (§2). The common columns (`id`, `updated_at`, `deleted_at`,

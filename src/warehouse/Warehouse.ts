@@ -363,14 +363,15 @@ export class Warehouse extends Context.Service<
 // ---------------------------------------------------------------------------------------------
 
 /**
- * Each resource table (those of schema `crm` with the contract's `synced_at` and `deleted_at`):
- * its rows, how many are deleted, and when crm-sync last wrote one.
+ * Each resource table (those of schema `crm` with the contract's `synced_at` and `deleted_at`; not
+ * the `current_*` views): its rows, how many are deleted, and when crm-sync last wrote one.
  */
 export const tableStats = Effect.gen(function* () {
   const sql = yield* SqlClient
   const tables = yield* sql<{ table_name: string }>`
     SELECT c.table_name FROM information_schema.columns c
-    WHERE c.table_schema = 'crm' AND c.column_name = 'synced_at'
+    JOIN information_schema.tables t ON t.table_schema = c.table_schema AND t.table_name = c.table_name
+    WHERE c.table_schema = 'crm' AND c.column_name = 'synced_at' AND t.table_type = 'BASE TABLE'
       AND EXISTS (SELECT 1 FROM information_schema.columns d
                   WHERE d.table_schema = 'crm' AND d.table_name = c.table_name AND d.column_name = 'deleted_at')
     ORDER BY c.table_name`

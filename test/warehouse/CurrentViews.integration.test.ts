@@ -5,6 +5,7 @@
 import { assert, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
+import { tableStats } from "../../src/warehouse/Warehouse.ts"
 import { TestDatabase } from "../support/TestDatabase.ts"
 
 layer(TestDatabase)("current-row views", (it) => {
@@ -47,6 +48,11 @@ layer(TestDatabase)("current-row views", (it) => {
       const [comment] = yield* sql<{ comment: string }>`
         SELECT obj_description('crm.current_books'::regclass, 'pg_class') AS comment`
       assert.include(comment!.comment, "not deleted")
+
+      // `status` counts the tables, not the views over them.
+      const stats = yield* tableStats
+      assert.isTrue(stats.some((row) => row.table === "books"))
+      assert.isFalse(stats.some((row) => row.table.startsWith("current_")))
     })
   )
 })
