@@ -9,7 +9,6 @@
  */
 import { Config, Effect, Layer, Option } from "effect"
 import { FetchHttpClient } from "effect/http"
-import { Otlp } from "effect/observability"
 
 /** The variables read here (beside the config's). */
 export const TelemetryVariables = ["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME"] as const
@@ -21,6 +20,8 @@ export const TelemetryLive = (version: string) =>
       const endpoint = yield* Config.option(Config.String("OTEL_EXPORTER_OTLP_ENDPOINT"))
       if (Option.isNone(endpoint) || endpoint.value.trim() === "") return Layer.empty
       const serviceName = yield* Config.String("OTEL_SERVICE_NAME").pipe(Config.withDefault("crm-sync"))
+      // Loaded only when exporting: most deployments never do, and it is not small.
+      const { Otlp } = yield* Effect.promise(() => import("effect/observability"))
       return Otlp.layerJson({
         baseUrl: endpoint.value.trim().replace(/\/+$/, ""),
         resource: { serviceName, serviceVersion: version },
