@@ -1,7 +1,7 @@
 /**
  * What every command but `sandbox` runs on: the config (file and environment), logs on stderr at
  * the configured level, and OTLP export when `OTEL_EXPORTER_OTLP_ENDPOINT` is set. The command
- * line (src/main.ts) loads a command's module, and through it this one, only when it runs.
+ * line (CommandLine.ts) loads a command's module, and through it this one, only when it runs.
  */
 import { Effect, Layer, Logger, References, Schema } from "effect"
 import packageJson from "../../package.json" with { type: "json" }

@@ -32,8 +32,11 @@ describe("the sandbox package", () => {
     const users = sources("src").filter((path) =>
       importsOf(path).some((target) => target.startsWith("@crm-sync/sandbox"))
     )
-    assert.deepStrictEqual(users.toSorted(), ["src/cli/Demo.ts", "src/cli/DemoCommand.ts", "src/main.ts"])
-    assert.include(readFileSync(join(root, "src/main.ts"), "utf8"), 'await import("@crm-sync/sandbox/cli").catch(')
+    assert.deepStrictEqual(users.toSorted(), ["src/cli/CommandLine.ts", "src/cli/Demo.ts", "src/cli/DemoCommand.ts"])
+    assert.include(
+      readFileSync(join(root, "src/cli/CommandLine.ts"), "utf8"),
+      'await import("@crm-sync/sandbox/cli").catch('
+    )
   })
 
   it("stays out of the image", () => {

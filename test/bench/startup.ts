@@ -3,7 +3,8 @@
  *
  * What a command costs before it does anything, as a user meets it: each command runs as its own
  * process (Node 24, `--max-semi-space-size=32` as the image runs it) several times, and the bench
- * prints medians. GNU time gives each run's wall time and peak resident memory.
+ * prints medians. GNU time gives each run's wall time and peak resident memory. Node's compile
+ * cache is on (src/main.ts turns it on), so the runs after the first read compiled modules.
  *   1. `crm-sync --help` (targets: ≤ 0.35 s, ≤ 120 MB peak);
  *   2. `crm-sync status` against a migrated embedded PostgreSQL (target ≤ 0.5 s);
  *   3. the idle daemon: `crm-sync run` against the bundled sandbox (1,000 records), its resident

@@ -89,7 +89,7 @@ describe("ops", () => {
   })
 
   it("the image and the manifests run commands the CLI has, and probe the daemon's health routes", () => {
-    const main = read("src/main.ts")
+    const main = read("src/cli/CommandLine.ts")
     assert.match(read("ops/Dockerfile"), /ENTRYPOINT \["node", "--max-semi-space-size=32", "src\/main.ts"\]/)
     const manifests = read("ops/kubernetes/crm-sync.yaml")
     for (const [, command] of manifests.matchAll(/args: \["([a-z]+)"\]/g)) {
@@ -144,7 +144,9 @@ describe("ops", () => {
 
   it("every manifest parses, has its kind's shape, and names only commands, variables and ports crm-sync has", () => {
     const known: Known = {
-      commands: new Set([...read("src/main.ts").matchAll(/Command\.make\(\s*"([a-z]+)"/g)].map((match) => match[1]!)),
+      commands: new Set(
+        [...read("src/cli/CommandLine.ts").matchAll(/Command\.make\(\s*"([a-z]+)"/g)].map((match) => match[1]!)
+      ),
       // Each variable may also come from the file NAME_FILE names.
       env: new Set(
         [...EnvironmentVariables, ...envRefNames(JSON.parse(read("ops/kubernetes/config.json")))].flatMap((name) => [
