@@ -95,6 +95,11 @@ layer(
         const status = oneObject(yield* cli(["status", "--json"], env))
         assert.isAbove(status.resources.financial_accounts.rows, 0)
 
+        // Without --json, ages a person reads at a glance.
+        const text = yield* cli(["status"], env)
+        assert.match(text.stdout, /financial_accounts\s+\d+\s+\d+\s+(< 1 s|\d+ s|\d+ min) ago/)
+        assert.match(text.stdout, /job {9}\S+ \(default\): succeeded (< 1 s|\d+ s|\d+ min) ago/, text.stdout)
+
         const plan = oneObject(yield* cli(["plan", "--json"], env))
         assert.deepStrictEqual(
           plan.connections.map((connection: { connection: string }) => connection.connection),

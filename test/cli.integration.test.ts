@@ -4,13 +4,14 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
-import { spawnSync } from "node:child_process"
+import { spawn, spawnSync } from "node:child_process"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { freshDatabase } from "./support/TestDatabase.ts"
 
 const main = new URL("../src/main.ts", import.meta.url).pathname
+const shim = new URL("../bin/crm-sync.js", import.meta.url).pathname
 
 const cli = (args: ReadonlyArray<string>, env: Record<string, string> = {}) => {
   const result = spawnSync(process.execPath, [main, ...args], {
@@ -91,4 +92,38 @@ describe("crm-sync CLI", () => {
       rmSync(dataDir, { recursive: true, force: true })
     }
   })
+  it("--help lists every environment variable, old names beside the new", () => {
+    const { stdout } = cli(["--help"])
+    assert.match(stdout, /^ENVIRONMENT$/m)
+    assert.match(stdout, /CRM_SYNC_DATABASE_URL\s+PostgreSQL URL .*\(also DATABASE_URL\)/)
+    assert.match(stdout, /CRM_SYNC_ADMIN_PORT\s+.*\(default: 9090\)/)
+    assert.include(cli(["backfill", "--help"]).stdout, "see crm-sync --help")
+  })
+
+  it.live("the installed command exits 128 + the signal's number when its Node process is killed", () =>
+    Effect.gen(function* () {
+      // Started without crm-sync's V8 flags, the shim runs the command in a child Node process.
+      const started = spawn(process.execPath, [shim, "sandbox", "--port", "0", "--records", "10"], {
+        env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "" },
+        stdio: ["ignore", "pipe", "inherit"]
+      })
+      const exited = new Promise<number | null>((resolve) => started.on("exit", (code) => resolve(code)))
+      yield* Effect.promise(
+        () =>
+          new Promise<void>((resolve) => {
+            let seen = ""
+            started.stdout.on("data", (chunk: Buffer) => {
+              seen += chunk.toString()
+              if (seen.includes("CRM sandbox ready")) resolve()
+            })
+          })
+      )
+      const children = spawnSync("pgrep", ["-P", String(started.pid)], { encoding: "utf8" })
+        .stdout.trim()
+        .split("\n")
+      assert.strictEqual(children.length, 1, "one child process")
+      process.kill(Number(children[0]), "SIGKILL")
+      assert.strictEqual(yield* Effect.promise(() => exited), 137)
+    })
+  )
 })

@@ -18,6 +18,7 @@ import { tableStats } from "../warehouse/Warehouse.ts"
 import { inboxCounts } from "../webhooks/WebhookInbox.ts"
 import type { ConnectionPlan } from "../budget/Plan.ts"
 import { planReport } from "./PlanReport.ts"
+import { formatDuration } from "./Text.ts"
 
 export interface ResourceStatus {
   readonly rows: number
@@ -127,6 +128,10 @@ const summarize = (byStatus: Record<string, number>) =>
         .join(", ")
 
 /** The human-readable form printed by `crm-sync status`. */
+/** "3 min ago" from the report's time; "-" for never. */
+const ago = (now: string, at: string | null) =>
+  at === null ? "-" : `${formatDuration(Math.max(0, Date.parse(now) - Date.parse(at)))} ago`
+
 export const renderStatus = (report: StatusReport): string => {
   const lines: Array<string> = []
   lines.push(`config      ${report.config.origin}`)
@@ -141,10 +146,10 @@ export const renderStatus = (report: StatusReport): string => {
     )
   }
   lines.push("")
-  lines.push(`${pad("resource", 34)}${pad("rows", 10)}${pad("deleted", 9)}${pad("last sync", 26)}cursor`)
+  lines.push(`${pad("resource", 34)}${pad("rows", 10)}${pad("deleted", 9)}${pad("last write", 16)}cursor`)
   for (const [name, resource] of Object.entries(report.resources)) {
     lines.push(
-      `${pad(name, 34)}${pad(String(resource.rows), 10)}${pad(String(resource.deleted), 9)}${pad(resource.last_sync ?? "-", 26)}${resource.cursor ?? "-"}`
+      `${pad(name, 34)}${pad(String(resource.rows), 10)}${pad(String(resource.deleted), 9)}${pad(ago(report.generated_at, resource.last_sync), 16)}${resource.cursor ?? "-"}`
     )
   }
   lines.push("")
@@ -169,7 +174,7 @@ export const renderStatus = (report: StatusReport): string => {
   lines.push(`outbox      ${summarize(report.outbox)}`)
   for (const job of report.last_jobs) {
     lines.push(
-      `job         ${job.job}${job.connection ? ` (${job.connection})` : ""}: ${job.status} ${job.finished_at ?? ""}`
+      `job         ${job.job}${job.connection ? ` (${job.connection})` : ""}: ${job.status} ${job.finished_at === null ? "" : ago(report.generated_at, job.finished_at)}`
     )
   }
   return lines.join("\n")
