@@ -17,7 +17,7 @@ import { clampRetryAfter, jitterRetryAfter } from "./RetryAfter.ts"
 import {
   type BucketScope,
   type BucketSpec,
-  effectiveMargin,
+  openingMargin,
   type Policy,
   type Priority,
   timeUntil as windowsTimeUntil,
@@ -118,6 +118,15 @@ const columns = (learning: Learning) => `bucket, scope, request_limit, window_ms
 /** A lost row-lock race (deadlock, serialization) is retried briefly before it counts as a failure. */
 const transactionRetry = Schedule.exponential("20 millis").pipe(Schedule.jittered, Schedule.upTo({ times: 4 }))
 
+/** The windows a grant opened: their keys, the start it gave them and the database's clock then. */
+export interface Opened {
+  readonly keys: ReadonlyArray<string>
+  /** The start the grant recorded, epoch milliseconds on the database's clock. */
+  readonly start: number
+  /** The database's clock minus this process's, at the grant. */
+  readonly offset: number
+}
+
 /**
  * Why not `effect/persistence/RateLimiter`: its "fixed-window" store grows a per-key TTL by
  * `window / limit` per token, a smoothed limit rather than spec §8's window that begins at its
@@ -136,7 +145,14 @@ export class RateBudget extends Context.Service<
     readonly acquire: (
       buckets: ReadonlyArray<BucketSpec>,
       options: { readonly priority: Priority; readonly permits?: number }
-    ) => Effect.Effect<void, BudgetError>
+    ) => Effect.Effect<Opened | undefined, BudgetError>
+    /**
+     * Moves the windows a grant opened (`acquire`'s answer) to start when their first request
+     * left, `departed` on this process's clock: the server's window begins when that request
+     * arrives, and a permit can wait before its send (held ahead, a busy event loop). Only forward,
+     * only while the window is the one the grant opened.
+     */
+    readonly anchor: (opened: Opened, departed: number) => Effect.Effect<void, BudgetError>
     /**
      * Takes the permits if they are available now, without waiting; otherwise says how long until
      * they might be, which bucket is the reason, and why.
@@ -286,13 +302,23 @@ const attempt = (
     .withTransaction(
       Effect.gen(function* () {
         const rows = yield* lockRows(budget, buckets)
-        const granting = grantOrWait(rows, rows.map(toState), permits, priority, budget.policy, ahead)
+        const states = rows.map(toState)
+        const granting = grantOrWait(rows, states, permits, priority, budget.policy, ahead)
         const { decision, now, taken } = granting
-        if (decision.kind === "grant") yield* recordGrant(budget, decision.windows, now, taken, consumerOf(rows))
-        return granting
+        if (decision.kind !== "grant") return { ...granting, opened: [] }
+        yield* recordGrant(budget, decision.windows, now, taken, consumerOf(rows))
+        const opened = decision.windows.filter((window, index) => window.windowStart !== states[index]!.windowStart)
+        return { ...granting, opened: opened.map((window) => window.key) }
       })
     )
     .pipe(Effect.retry(transactionRetry), Effect.mapError(failWith("cannot take a permit from the rate budget")))
+
+/** A permit taken, with the windows its grant opened, if any. */
+interface Granted {
+  readonly _tag: "Granted"
+  readonly opened: Opened | undefined
+}
+const granted = (opened: Opened | undefined): Granted => ({ _tag: "Granted", opened })
 
 /** Takes a permit (held, or from the windows), or says how long to wait before asking again. */
 const acquireRound = (
@@ -307,14 +333,12 @@ const acquireRound = (
     const blocked = budget.local.blocked(sorted, yield* Clock.currentTimeMillis)
     if (blocked !== undefined) return blocked
     // Checked on every round: while this acquirer waited, another may have taken some ahead.
-    if (ahead && budget.local.takeHeld(key, yield* Clock.currentTimeMillis)) return undefined
-    const { decision, now, taken } = yield* attempt(budget, sorted, permits, priority, ahead)
+    if (ahead && budget.local.takeHeld(key, yield* Clock.currentTimeMillis)) return granted(undefined)
+    const { decision, now, taken, opened } = yield* attempt(budget, sorted, permits, priority, ahead)
     if (decision.kind === "grant") {
-      if (taken > permits) {
-        const local = yield* Clock.currentTimeMillis
-        budget.local.hold(key, taken - permits, decision.windows, budget.policy, now, local)
-      }
-      return undefined
+      const local = yield* Clock.currentTimeMillis
+      if (taken > permits) budget.local.hold(key, taken - permits, decision.windows, budget.policy, now, local)
+      return granted(opened.length === 0 ? undefined : { keys: opened, start: now, offset: now - local })
     }
     return { waitMs: decision.until - now, bucket: decision.bucket, reason: decision.reason }
   })
@@ -337,7 +361,7 @@ const acquire = (budget: Budget) =>
     const guarded = ahead ? budget.local.refillLock(key).withPermits(1)(round) : round
     while (true) {
       const denied = yield* guarded
-      if (denied === undefined) return
+      if ("_tag" in denied) return denied.opened
       const { waitMs } = denied
       if (waitMs >= 1_000) {
         yield* Effect.logDebug("rate budget: waiting").pipe(
@@ -379,6 +403,22 @@ const tryAcquire = (budget: Budget) =>
           bucket: decision.bucket,
           reason: decision.reason
         } satisfies TryAcquire)
+  })
+
+/**
+ * `RateBudget.anchor`: never more than a tenth of the window later than the grant made it. The
+ * window is recognised by its start to the millisecond (later grants write it back rounded).
+ */
+const anchor = ({ sql }: Budget) =>
+  Effect.fn("RateBudget.anchor")(function* (opened: Opened, departed: number) {
+    const at = departed + opened.offset
+    if (at <= opened.start) return
+    yield* sql`UPDATE crm_sync.rate_windows
+      SET window_start = LEAST(to_timestamp(${String(at)}::float8 / 1000), window_start + window_ms * interval '100 microseconds')
+      WHERE bucket = ANY(${opened.keys}::text[])
+        AND abs(extract(epoch FROM window_start) * 1000 - ${String(opened.start)}::float8) < 1`.pipe(
+      Effect.mapError(failWith("cannot anchor a window to its first request"))
+    )
   })
 
 /**
@@ -446,7 +486,7 @@ const status = (budget: Budget) =>
       ...missing.map((bucket): WindowState => ({ ...bucket, windowStart: null, used: 0, blockedUntil: null }))
     ]
     return reported.map((state): BucketStatus => {
-      const margin = effectiveMargin(state.windowMs, budget.policy)
+      const margin = openingMargin(state.windowMs, budget.policy)
       const live = state.windowStart !== null && now < state.windowStart + state.windowMs + margin
       return {
         bucket: state.key,
@@ -490,6 +530,7 @@ const make = Effect.fnUntraced(function* (policy: Policy, learning: Learning) {
   }
   return RateBudget.of({
     acquire: acquire(budget),
+    anchor: anchor(budget),
     tryAcquire: tryAcquire(budget),
     markExhausted: markExhausted(budget),
     status: status(budget),

@@ -48,18 +48,29 @@ export type Decision =
  * Two margins protect against the gap between our permit and the server's count of the request
  * (network latency, a slow event loop): no permit is granted in the last `marginMs` of a window
  * ("closing"), so a request permitted late still reaches the server inside the server's window;
- * and a new window does not start until `marginMs` after the old one ended (`current`), because
- * the server's window began when our first request *arrived*, after our first permit, and so ends
- * after ours. That gap is not only the way to the server: a crawl's permits are taken ahead and
- * held for up to a second (BULK_HOLD_MS, Permits.ts), so a window's first request may leave that
- * much after the permit that began it. Half the margin was tried, also with no permits taken ahead
- * on the grant that opens a window: each boundary lost 0.5 s instead of 1 s, but on a loaded
- * machine requests sent early in a window were counted by the server in the last one (over-limit
- * requests in the 20-connection fairness test, whose compressed windows leave a margin of a tenth
- * of a window).
+ * and a new window does not start until a margin after the old one ended (`openingMargin`),
+ * because the server's window began when our first request *arrived*, after our first permit, and
+ * so ends after ours. Half the margin at the grant's time was tried: each boundary lost 0.5 s
+ * instead of 1 s, but on a loaded machine requests sent early in a window were counted by the
+ * server in the last one (the gap between a permit and its send had grown past the half margin);
+ * so the window's start now moves to its first request's departure instead.
  */
 export const effectiveMargin = (windowMs: number, policy: Policy): number =>
   Math.max(0, Math.min(policy.marginMs, Math.floor(windowMs / 10)))
+
+/** The most a new window waits after the last one's end, once windows start at a departure. */
+const OPENING_MARGIN_MAX_MS = 500
+
+/**
+ * How long after a window's end the next may start: the margin, but at most 500 ms. A window's
+ * start is moved to when its first request actually left (RateBudget's `anchor`, called by the
+ * client as it sends), so the server's window begins at most that request's way to the server
+ * later than ours: what a permit held ahead or a busy event loop added before the send no longer
+ * needs a margin of its own. A window opened by a caller that does not anchor keeps the grant's
+ * time, as before; the margins of windows shortened for tests (a tenth) stay whole below 5 s.
+ */
+export const openingMargin = (windowMs: number, policy: Policy): number =>
+  Math.min(effectiveMargin(windowMs, policy), OPENING_MARGIN_MAX_MS)
 
 const reserveShare = (priority: Priority, policy: Policy): number =>
   priority === "interactive"
@@ -68,9 +79,9 @@ const reserveShare = (priority: Priority, policy: Policy): number =>
       ? policy.reserveInteractive
       : Math.min(1, policy.reserveInteractive + policy.reserveIncremental)
 
-/** The window `state` is in at `now`: its own, or a fresh one if it has ended (plus margin). */
-const current = (state: WindowState, now: number, margin: number): { start: number; used: number } =>
-  state.windowStart === null || now >= state.windowStart + state.windowMs + margin
+/** The window `state` is in at `now`: its own, or a fresh one if it has ended (plus the opening margin). */
+const current = (state: WindowState, now: number, opening: number): { start: number; used: number } =>
+  state.windowStart === null || now >= state.windowStart + state.windowMs + opening
     ? { start: now, used: 0 }
     : { start: state.windowStart, used: state.used }
 
@@ -100,6 +111,7 @@ export const earliest = (
   policy: Policy
 ): { readonly at: number; readonly reason: WaitReason | undefined } => {
   const margin = effectiveMargin(state.windowMs, policy)
+  const opening = openingMargin(state.windowMs, policy)
   const share = reserveShare(priority, policy)
   let at = now
   let reason: WaitReason | undefined = undefined
@@ -107,11 +119,11 @@ export const earliest = (
     at = state.blockedUntil
     reason = "blocked"
   }
-  let { start, used } = current(state, at, margin)
+  let { start, used } = current(state, at, opening)
   // At most three steps: this window, its close, then a fresh window (where permits ≤ limit fits).
   for (let step = 0; step < 3; step++) {
     const closeAt = start + state.windowMs - margin
-    const nextStart = start + state.windowMs + margin
+    const nextStart = start + state.windowMs + opening
     if (at >= closeAt) {
       at = nextStart
       reason ??= "closing"
@@ -161,7 +173,7 @@ export const decide = (
   return {
     kind: "grant",
     windows: states.map((state) => {
-      const { start, used } = current(state, now, effectiveMargin(state.windowMs, policy))
+      const { start, used } = current(state, now, openingMargin(state.windowMs, policy))
       return { ...state, windowStart: start, used: used + permits }
     })
   }
@@ -203,7 +215,7 @@ export const timeUntil = (
 export const grantable = (state: WindowState, now: number, priority: Priority, policy: Policy): number => {
   if (state.blockedUntil !== null && now < state.blockedUntil) return 0
   const margin = effectiveMargin(state.windowMs, policy)
-  const { start, used } = current(state, now, margin)
+  const { start, used } = current(state, now, openingMargin(state.windowMs, policy))
   const closeAt = start + state.windowMs - margin
   if (now >= closeAt) return 0
   const reserve = reserveAt(start, closeAt, now, reserveShare(priority, policy), state.limit)

@@ -370,6 +370,11 @@ const attempt = (wire: Wire, call: Call, url: URL, idempotencyKey: string | unde
     const spent = yield* CrmPermitSpent
     if (spent !== undefined) spent()
     const failed = (reason: CrmErrorReason): Attempt => ({ kind: "failed", reason, token: token.success })
+    // The first request of a window: the window starts now, as it leaves (RateBudget.anchor). In
+    // the background: the request does not wait for it, and a failure only keeps the grant's time.
+    if (permit.success !== undefined) {
+      yield* Effect.forkDetach(wire.budget.anchor(permit.success, yield* Clock.currentTimeMillis).pipe(Effect.ignore))
+    }
     return yield* exchange(wire, call, request(call, url, token.success, idempotencyKey), failed)
   })
 

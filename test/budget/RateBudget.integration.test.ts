@@ -47,6 +47,47 @@ layer(RateBudget.layerWith(policy).pipe(Layer.provideMerge(TestDatabase)))("Rate
     })
   )
 
+  it.effect(
+    "a window starts when its first request leaves: the grant that opens it says so, the client anchors it",
+    () =>
+      Effect.gen(function* () {
+        const budget = yield* RateBudget
+        const sql = yield* SqlClient
+        const buckets = bucketsOf("anchor", { token: 5, company: 50, ip: 500 }, 60_000)
+        const startOf = Effect.fnUntraced(function* () {
+          const rows = yield* sql<{ bucket: string; start_ms: number }>`
+          SELECT bucket, (extract(epoch FROM window_start) * 1000)::float8 AS start_ms
+          FROM crm_sync.rate_windows WHERE bucket LIKE '%:anchor' ORDER BY bucket`
+          return rows.map((row) => row.start_ms)
+        })
+        const opened = yield* budget.acquire(buckets, { priority: "interactive" })
+        assert.isDefined(opened)
+        assert.deepStrictEqual(opened!.keys, ["company:anchor", "ip:anchor", "token:anchor"])
+        const granted = yield* startOf()
+        // The next permit of the same window opens nothing.
+        assert.isUndefined(yield* budget.acquire(buckets, { priority: "interactive" }))
+
+        // Its request left 300 ms after the grant (a permit held, a busy event loop).
+        yield* budget.anchor(opened!, opened!.start - opened!.offset + 300)
+        const anchored = yield* startOf()
+        for (const [index, start] of anchored.entries()) assert.closeTo(start - granted[index]!, 300, 1)
+        // Once: the window is no longer the one the grant opened.
+        yield* budget.anchor(opened!, opened!.start - opened!.offset + 900)
+        assert.deepStrictEqual(yield* startOf(), anchored)
+        // Never more than a tenth of the window (6 s here) after the grant's time.
+        const other = bucketsOf("anchor2", { token: 5, company: 50, ip: 500 }, 60_000)
+        const second = yield* budget.acquire(other, { priority: "interactive" })
+        yield* budget.anchor(second!, second!.start - second!.offset + 60_000)
+        const capped = yield* sql<{ start_ms: number }>`
+          SELECT (extract(epoch FROM window_start) * 1000)::float8 AS start_ms
+          FROM crm_sync.rate_windows WHERE bucket = 'token:anchor2'`
+        assert.closeTo(capped[0]!.start_ms - second!.start, 6_000, 1)
+        assert.deepStrictEqual(yield* startOf(), anchored)
+        const [token] = (yield* budget.status(buckets)).filter((bucket) => bucket.scope === "token")
+        assert.strictEqual(token!.used, 2)
+      })
+  )
+
   it.effect("counts one permit in each of the three buckets", () =>
     Effect.gen(function* () {
       const budget = yield* RateBudget

@@ -38,6 +38,23 @@ describe("Windows.decide", () => {
       assert.deepStrictEqual([later.windows[0]!.windowStart, later.windows[0]!.used], [10_100, 1])
   })
 
+  it("opens the next window at most 500 ms after the last one's end, whatever the closing margin", () => {
+    const hour = bucket({ windowMs: 3_600_000, windowStart: 0, used: 100 })
+    const wide = { ...policy, marginMs: 2_000 }
+    // Closing: nothing in the last 2 s of the window, though it had room.
+    assert.strictEqual(
+      grantable(bucket({ windowMs: 3_600_000, windowStart: 0, used: 0 }), 3_598_500, "interactive", wide),
+      0
+    )
+    // Opening: the full window waits until its end plus 500 ms, not plus 2 s.
+    assert.deepStrictEqual(decide([hour], 1_000, 1, "interactive", wide), {
+      kind: "wait",
+      until: 3_600_500,
+      bucket: "token:a",
+      reason: "full"
+    })
+  })
+
   it("grants nothing in the closing margin of a window, even with room left", () => {
     const decision = decide([bucket({ windowStart: 0, used: 10 })], 9_950, 1, "interactive", policy)
     assert.deepStrictEqual(decision, { kind: "wait", until: 10_100, bucket: "token:a", reason: "closing" })
