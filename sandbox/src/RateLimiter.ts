@@ -21,6 +21,8 @@ export type CotenantSpread = "even" | "start"
 interface Bucket {
   windowStart: number
   count: number
+  /** The limit the last request it admitted was held to (an address's differs by credential kind). */
+  limit?: number
 }
 
 export interface BucketState {
@@ -85,6 +87,7 @@ export const checksFor = (limits: RateLimits, credential: Credential | undefined
 }
 
 /** The limit of a bucket, from the prefix of its key. */
+/** The limit of a bucket no request has reached yet (a charge), from the prefix of its key. */
 export const limitOf = (limits: RateLimits, key: string) =>
   key.startsWith("token:")
     ? limits.personal.token
@@ -115,7 +118,11 @@ const admit = Effect.fn("SandboxRateLimiter.admit")(function* (
     .toSorted((a, b) => b.windowStart - a.windowStart)
   const commit = () => {
     for (const entry of current) {
-      state.buckets.set(entry.check.key, { windowStart: entry.windowStart, count: entry.count + 1 })
+      state.buckets.set(entry.check.key, {
+        windowStart: entry.windowStart,
+        count: entry.count + 1,
+        limit: entry.check.limit
+      })
     }
   }
   const strictest = full[0]
@@ -143,7 +150,8 @@ const charge = Effect.fnUntraced(function* (
   const held = state.buckets.get(bucket)
   const open = held !== undefined && now < held.windowStart + state.windowMs
   const windowStart = open ? held.windowStart : now
-  if (!open) state.buckets.set(bucket, { windowStart, count: 0 })
+  if (!open)
+    state.buckets.set(bucket, { windowStart, count: 0, ...(held?.limit === undefined ? {} : { limit: held.limit }) })
   const charged = state.charges.get(bucket)
   const before = charged?.windowStart === windowStart ? charged.amount : 0
   state.charges.set(bucket, { windowStart, amount: before + amount })
@@ -156,7 +164,7 @@ const bucketStates = Effect.fnUntraced(function* (clock: SandboxClock["Service"]
     const spent = open ? foreign(state, key, bucket.windowStart, now) : 0
     return {
       key,
-      limit: limitOf(state.limits, key),
+      limit: bucket.limit ?? limitOf(state.limits, key),
       used: (open ? bucket.count : 0) + spent,
       foreign: spent,
       window_started_at: iso(bucket.windowStart),

@@ -112,6 +112,23 @@ layer(sandboxLayer({ window: "10s", limits }), { excludeTestServices: true })("s
         assert.strictEqual(bobs[1]!.json.limit, "company")
       })
     )
+
+    it.effect("the admin's bucket list shows an address's limit for the credential kind that used it", () =>
+      Effect.gen(function* () {
+        const a = yield* fresh
+        yield* a.setRateLimits({ oauth: { ip: 9 } })
+        const app = (yield* a.apps)[0]!
+        const carol = yield* a.connect({ clientId: app.client_id, userId: "usr_00000003", companyId: "cmp_00000001" })
+        yield* hit(1, carol.access_token, "10.0.9.1")
+        const { token } = yield* a.createToken({ userId: "usr_00000001" })
+        yield* hit(1, token, "10.0.9.2")
+        const buckets = yield* a.rateLimits
+        const limitFor = (key: string) => buckets.find((bucket) => bucket.key === key)?.limit
+        assert.strictEqual(limitFor("ip:10.0.9.1"), 9)
+        assert.strictEqual(limitFor("ip:10.0.9.2"), 12)
+        yield* a.setRateLimits({ oauth: { ip: 12 } })
+      })
+    )
   })
 
   describe("§8 windows", () => {
