@@ -13,7 +13,9 @@ import { EnvironmentVariables } from "../../src/config/Variables.ts"
 import { KnownEventTypes, UntypedEventTypes } from "../../src/crm/Events.ts"
 import { parse, parseAllDocuments } from "yaml"
 import { composeProblems, type Known, kubernetesProblems } from "./manifests.ts"
-import { readdirSync, readFileSync, statSync } from "node:fs"
+import { spawnSync } from "node:child_process"
+import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs"
+import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { fileURLToPath } from "node:url"
 
@@ -86,6 +88,27 @@ describe("ops", () => {
     const dashboard = JSON.parse(read("ops/grafana/crm-sync.json"))
     assert.isAbove(dashboard.panels.length, 4)
     for (const panel of dashboard.panels) assert.isAbove(panel.targets.length, 0, panel.title)
+  })
+
+  it("the image's build step that fills Node's compile cache runs on these sources", () => {
+    const dockerfile = read("ops/Dockerfile")
+    assert.match(dockerfile, /^ENV NODE_COMPILE_CACHE=\/app\/\.compile-cache$/m)
+    const run = /^RUN node (--input-type=module -e "(.+)")$/m.exec(dockerfile)
+    assert.isNotNull(run, "a RUN node --input-type=module -e step")
+    const cache = mkdtempSync(join(tmpdir(), "crm-sync-compile-cache-"))
+    try {
+      const result = spawnSync(process.execPath, ["--input-type=module", "-e", run![2]!], {
+        cwd: root,
+        env: { PATH: process.env.PATH ?? "", NODE_COMPILE_CACHE: cache },
+        encoding: "utf8",
+        timeout: 60_000
+      })
+      assert.strictEqual(result.status, 0, result.stderr)
+      const entries = readdirSync(cache, { recursive: true }).length
+      assert.isAbove(entries, 100, "compiled modules written")
+    } finally {
+      rmSync(cache, { recursive: true, force: true })
+    }
   })
 
   it("the image and the manifests run commands the CLI has, and probe the daemon's health routes", () => {
