@@ -2,9 +2,9 @@
  * List pages as crm-sync receives them (spec §2.1: `{data, pagination}`), and the crawl over them.
  *
  * A page keeps its records as the raw JSON received: the warehouse stores every record in `raw`,
- * and one record that does not decode must be stored with its error, not fail its page (DESIGN,
- * "Nothing lost on bad input"). `decodeItems` decodes each record on its own against the resource's
- * schema from `Models.ts`.
+ * and one record that does not decode must be stored with its error, not fail its page
+ * (docs/architecture.md, rule 6: bad input changes nothing). `decodeItems` decodes each record on
+ * its own against the resource's schema from `Models.ts`.
  *
  * `crawl` asks for `per_page=100` (spec §4 rule 1: the maximum) and follows `total_pages` as each
  * page reports it, not as the first page did: records created or removed mid-crawl change the
