@@ -151,7 +151,9 @@ export const grantOrWait = (
   policy: Policy,
   ahead: boolean
 ): Granting => {
-  const now = Math.max(...rows.map((row) => row.now_ms))
+  // Whole milliseconds: a window's start is written from it and read back rounded, and a start
+  // that differs by a fraction would look like a new window (its shares and ceiling reset).
+  const now = Math.round(Math.max(...rows.map((row) => row.now_ms)))
   const room = Math.min(...states.map((state) => grantable(state, now, priority, policy)))
   const near = rows.some((row, index) => nearCeiling(row, states[index]!, now))
   const taken = ahead && !near ? Math.max(permits, Math.min(room, bulkAhead(room))) : permits

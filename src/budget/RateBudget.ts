@@ -414,7 +414,7 @@ const anchor = ({ sql }: Budget) =>
     const at = departed + opened.offset
     if (at <= opened.start) return
     yield* sql`UPDATE crm_sync.rate_windows
-      SET window_start = LEAST(to_timestamp(${String(at)}::float8 / 1000), window_start + window_ms * interval '100 microseconds')
+      SET window_start = LEAST(to_timestamp(${String(Math.round(at))}::float8 / 1000), window_start + (window_ms / 10) * interval '1 millisecond')
       WHERE bucket = ANY(${opened.keys}::text[])
         AND abs(extract(epoch FROM window_start) * 1000 - ${String(opened.start)}::float8) < 1`.pipe(
       Effect.mapError(failWith("cannot anchor a window to its first request"))

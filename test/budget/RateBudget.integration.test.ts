@@ -88,6 +88,27 @@ layer(RateBudget.layerWith(policy).pipe(Layer.provideMerge(TestDatabase)))("Rate
       })
   )
 
+  it.effect("a shared bucket keeps every connection's share for the whole window", () =>
+    Effect.gen(function* () {
+      const budget = yield* RateBudget
+      const sql = yield* SqlClient
+      const of = (connection: string) =>
+        [
+          { key: "ip:shares", scope: "ip", limit: 100, windowMs: 60_000 },
+          { key: `token:shares-${connection}`, scope: "token", limit: 100, windowMs: 60_000 }
+        ] satisfies ReadonlyArray<BucketSpec>
+      // (The first grant's start once differed from its read-back by a fraction of a millisecond,
+      // so the second grant took the window for a new one and dropped the first share.)
+      yield* budget.acquire(of("a"), { priority: "incremental", permits: 2 })
+      yield* budget.acquire(of("b"), { priority: "incremental", permits: 3 })
+      const opened = yield* budget.acquire(of("c"), { priority: "incremental" })
+      assert.isUndefined(opened?.keys.find((key) => key === "ip:shares"))
+      const [row] = yield* sql<{ shares: Record<string, number> }>`
+        SELECT shares FROM crm_sync.rate_windows WHERE bucket = 'ip:shares'`
+      assert.deepStrictEqual(row!.shares, { "token:shares-a": 2, "token:shares-b": 3, "token:shares-c": 1 })
+    })
+  )
+
   it.effect("counts one permit in each of the three buckets", () =>
     Effect.gen(function* () {
       const budget = yield* RateBudget
