@@ -50,11 +50,14 @@ const learnedOn429 = (learning: Learning, otherwise: string) => `CASE
   ELSE ${otherwise} END`
 
 /**
- * The most clean windows a probe waits after probes that met a 429 (it doubles from 1): longer
- * would leave a departed co-tenant's share unused for long; the price of short is one refused
- * request every few windows while a steady co-tenant stays.
+ * The most clean windows a probe waits after probes that met a 429 (it doubles from 1, so 1 means
+ * no wait): a probe after every clean window. With 2, a co-tenant that left just after a probe
+ * failed had its share back only four windows later (the wait, then two steps of 20%), against
+ * the target of three; the price of 1 is one refused request every other window while a steady
+ * co-tenant stays, instead of every third. (Until the window starts were kept whole, a spurious
+ * mid-window "new window" counted clean windows twice and hid the difference.)
  */
-const MAX_PROBE_WAIT = 2
+const MAX_PROBE_WAIT = 1
 
 /** The learning columns of a 429's UPDATE; each CASE reads the row as it was before the 429. */
 export const ceilingOn429 = (sql: SqlClient, learning: Learning) =>
