@@ -19,6 +19,13 @@ const bucketsOf = (name: string, limits: { token: number; company: number; ip: n
     { key: `token:${name}`, scope: "token", limit: limits.token, windowMs }
   ] satisfies ReadonlyArray<BucketSpec>
 
+/** A connection's token bucket and an egress address every connection shares. */
+const sharingIp = (connection: string) =>
+  [
+    { key: "ip:shares", scope: "ip", limit: 100, windowMs: 60_000 },
+    { key: `token:shares-${connection}`, scope: "token", limit: 100, windowMs: 60_000 }
+  ] satisfies ReadonlyArray<BucketSpec>
+
 /** A second, independent budget on the same database: what another process would have. */
 const otherProcess = Effect.gen(function* () {
   return yield* RateBudget
@@ -92,16 +99,11 @@ layer(RateBudget.layerWith(policy).pipe(Layer.provideMerge(TestDatabase)))("Rate
     Effect.gen(function* () {
       const budget = yield* RateBudget
       const sql = yield* SqlClient
-      const of = (connection: string) =>
-        [
-          { key: "ip:shares", scope: "ip", limit: 100, windowMs: 60_000 },
-          { key: `token:shares-${connection}`, scope: "token", limit: 100, windowMs: 60_000 }
-        ] satisfies ReadonlyArray<BucketSpec>
       // (The first grant's start once differed from its read-back by a fraction of a millisecond,
       // so the second grant took the window for a new one and dropped the first share.)
-      yield* budget.acquire(of("a"), { priority: "incremental", permits: 2 })
-      yield* budget.acquire(of("b"), { priority: "incremental", permits: 3 })
-      const opened = yield* budget.acquire(of("c"), { priority: "incremental" })
+      yield* budget.acquire(sharingIp("a"), { priority: "incremental", permits: 2 })
+      yield* budget.acquire(sharingIp("b"), { priority: "incremental", permits: 3 })
+      const opened = yield* budget.acquire(sharingIp("c"), { priority: "incremental" })
       assert.isUndefined(opened?.keys.find((key) => key === "ip:shares"))
       const [row] = yield* sql<{ shares: Record<string, number> }>`
         SELECT shares FROM crm_sync.rate_windows WHERE bucket = 'ip:shares'`
