@@ -13,7 +13,7 @@
  * Limits come from spec §8 by credential kind, overridden per connection by `limits.*`; the window
  * is an hour unless `limits.window` shortens it (the sandbox's `--window`).
  */
-import { Duration } from "effect"
+import * as Duration from "effect/Duration"
 import type { Connection, CredentialKind } from "../config/AppConfig.ts"
 import type { BucketScope, BucketSpec } from "./Windows.ts"
 

@@ -5,7 +5,7 @@
  * between transactions: permits taken ahead and the 429 blocks it has seen (`LocalPermits`). No
  * I/O: times come in as arguments, the database's for the rows and this process's for its own.
  */
-import { Semaphore } from "effect"
+import * as Semaphore from "effect/Semaphore"
 import {
   type BucketScope,
   type BucketSpec,

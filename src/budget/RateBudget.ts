@@ -7,7 +7,15 @@
  * move. Time is the database's (`clock_timestamp()`): one clock for all processes, whatever their
  * hosts' clocks say.
  */
-import { Clock, Context, DateTime, Duration, Effect, Layer, Random, Schedule, Schema } from "effect"
+import * as Clock from "effect/Clock"
+import * as Context from "effect/Context"
+import * as DateTime from "effect/DateTime"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Random from "effect/Random"
+import * as Schedule from "effect/Schedule"
+import * as Schema from "effect/Schema"
 import { SqlClient } from "effect/sql/SqlClient"
 import type { SqlError } from "effect/sql/SqlError"
 import { AppConfig } from "../config/AppConfig.ts"

@@ -4,7 +4,7 @@
  * arrives, the wait that is acted on lies between one second and one hour, plus a little jitter
  * so that several processes blocked together do not all return at the same instant.
  */
-import { Duration } from "effect"
+import * as Duration from "effect/Duration"
 
 export const minimumRetryAfter = Duration.seconds(1)
 export const maximumRetryAfter = Duration.hours(1)

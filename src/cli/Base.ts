@@ -3,7 +3,11 @@
  * the configured level, and OTLP export when `OTEL_EXPORTER_OTLP_ENDPOINT` is set. The command
  * line (CommandLine.ts) loads a command's module, and through it this one, only when it runs.
  */
-import { Effect, Layer, Logger, References, Schema } from "effect"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Logger from "effect/Logger"
+import * as References from "effect/References"
+import * as Schema from "effect/Schema"
 import packageJson from "../../package.json" with { type: "json" }
 import { AppConfig } from "../config/AppConfig.ts"
 import { TelemetryLive } from "../observability/Telemetry.ts"

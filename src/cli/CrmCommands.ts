@@ -2,7 +2,8 @@
  * The commands that talk to the CRM outside the daemon: `backfill`, `reconcile`, `connect` and the
  * webhook subscription's `subscribe` / `unsubscribe`.
  */
-import { Console, Effect } from "effect"
+import * as Console from "effect/Console"
+import * as Effect from "effect/Effect"
 import { AppConfig } from "../config/AppConfig.ts"
 import * as Connect from "../crm/Connect.ts"
 import { backfill as runBackfill } from "../sync/Backfill.ts"

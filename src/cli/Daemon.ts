@@ -5,8 +5,10 @@
  * `GET /v1/me`. `demo` runs the same daemon against the sandbox.
  */
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
-import { Duration, Effect, Layer } from "effect"
-import { HttpRouter } from "effect/http"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as HttpRouter from "effect/http/HttpRouter"
 import { createServer } from "node:http"
 import { AppConfig, type AppConfigShape } from "../config/AppConfig.ts"
 import * as Connect from "../crm/Connect.ts"

@@ -3,7 +3,12 @@
  * with nothing configured. `prepareDemo` sets the sandbox up as a partner sets up the real CRM;
  * `demoActivity` plays the CRM's users so that webhook deliveries flow.
  */
-import { DateTime, Duration, Effect, Random, Redacted, Schedule } from "effect"
+import * as DateTime from "effect/DateTime"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Random from "effect/Random"
+import * as Redacted from "effect/Redacted"
+import * as Schedule from "effect/Schedule"
 import { randomBytes } from "node:crypto"
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs"
 import { join } from "node:path"

@@ -4,7 +4,8 @@
  * out, and the command line says so instead of loading this module.
  */
 import { Sandbox } from "@crm-sync/sandbox"
-import { Effect, Layer } from "effect"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import { AppConfig } from "../config/AppConfig.ts"
 import { Credentials } from "../crm/Credentials.ts"
 import * as Outbox from "../outbound/Outbox.ts"

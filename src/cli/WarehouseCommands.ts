@@ -3,7 +3,8 @@
  * `webhooks replay`. Each prints one JSON object with `--json`. Each imports what it reads when it
  * runs, so `status` does not load the event processor.
  */
-import { Console, Effect } from "effect"
+import * as Console from "effect/Console"
+import * as Effect from "effect/Effect"
 import { AppConfig } from "../config/AppConfig.ts"
 import { DatabaseInfo, DatabaseLive, MigratedDatabase } from "../warehouse/Database.ts"
 import { migrate as applyMigrations } from "../warehouse/Migrations.ts"

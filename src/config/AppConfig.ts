@@ -8,7 +8,16 @@
  * secrets, signing secrets, the encryption key and the database URL are `Redacted` from the
  * moment they are decoded, so no log line, error or `status` output can show them.
  */
-import { Config, Context, Cron, Duration, Effect, Layer, Option, Result, Schema, SchemaIssue } from "effect"
+import * as Config from "effect/Config"
+import * as Context from "effect/Context"
+import * as Cron from "effect/Cron"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Result from "effect/Result"
+import * as Schema from "effect/Schema"
+import * as SchemaIssue from "effect/SchemaIssue"
 import { existsSync, readFileSync } from "node:fs"
 import { type Variable, Variables } from "./Variables.ts"
 

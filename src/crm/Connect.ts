@@ -7,7 +7,12 @@
  * Also here: `reportAccess`, the `GET /v1/me` summary the daemon logs at start (auth type and
  * whether writes are enabled, spec §5.2).
  */
-import { Console, Duration, Effect, Option, Queue, Schema } from "effect"
+import * as Console from "effect/Console"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import * as Queue from "effect/Queue"
+import * as Schema from "effect/Schema"
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http"
 import { timingSafeEqual } from "node:crypto"
 import { AppConfig, type Connection } from "../config/AppConfig.ts"

@@ -7,7 +7,16 @@
  * process on the database (see `refreshLocked`). `invalid_grant` marks the connection as needing
  * re-authorization (visible in `status`); nothing retries it until `crm-sync connect` stores a new pair.
  */
-import { Context, DateTime, Duration, Effect, Layer, Option, Redacted, Result, Schema, Semaphore } from "effect"
+import * as Context from "effect/Context"
+import * as DateTime from "effect/DateTime"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Redacted from "effect/Redacted"
+import * as Result from "effect/Result"
+import * as Schema from "effect/Schema"
+import * as Semaphore from "effect/Semaphore"
 import type { HttpClient } from "effect/http"
 import { SqlClient } from "effect/sql/SqlClient"
 import { AppConfig, type Connection, type CredentialKind } from "../config/AppConfig.ts"

@@ -7,7 +7,14 @@
  * CrmTransport's. List endpoints return `ListPage`s whose records stay raw until decoded one by one
  * (Pagination); single reads return the raw record beside its decoding.
  */
-import { Context, DateTime, Effect, Layer, Option, Predicate, Schema, Stream } from "effect"
+import * as Context from "effect/Context"
+import * as DateTime from "effect/DateTime"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Predicate from "effect/Predicate"
+import * as Schema from "effect/Schema"
+import * as Stream from "effect/Stream"
 import { AppConfig, type Connection } from "../config/AppConfig.ts"
 import type { BucketSpec, Priority } from "../budget/RateBudget.ts"
 import { type CrmError, Undecodable } from "./CrmError.ts"

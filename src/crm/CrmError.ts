@@ -7,7 +7,9 @@
  * names the operation, the connection and the record id; it never carries a request payload, a
  * response body beyond the server's own short `detail`, or a token.
  */
-import { Duration, Predicate, Schema } from "effect"
+import * as Duration from "effect/Duration"
+import * as Predicate from "effect/Predicate"
+import * as Schema from "effect/Schema"
 
 /** Longest server `detail` kept: enough to read a validation message, too short to hold a record. */
 const DETAIL_LIMIT = 200

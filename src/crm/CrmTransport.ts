@@ -7,8 +7,19 @@
  * not followed → the answer classified into a `CrmError` reason (spec §7). `send` retries a bounded
  * number of times; nothing is ever sent outside the configured base URL.
  */
-import { Clock, Context, Duration, Effect, Option, Predicate, Random, Redacted, Result, Schema } from "effect"
-import { FetchHttpClient, HttpClient, HttpClientRequest } from "effect/http"
+import * as Clock from "effect/Clock"
+import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import * as Predicate from "effect/Predicate"
+import * as Random from "effect/Random"
+import * as Redacted from "effect/Redacted"
+import * as Result from "effect/Result"
+import * as Schema from "effect/Schema"
+import * as FetchHttpClient from "effect/http/FetchHttpClient"
+import * as HttpClient from "effect/http/HttpClient"
+import * as HttpClientRequest from "effect/http/HttpClientRequest"
 import { randomUUID } from "node:crypto"
 import type { Connection } from "../config/AppConfig.ts"
 import { bucketsFor } from "../budget/Buckets.ts"

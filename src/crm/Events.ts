@@ -9,7 +9,8 @@
  * fields); `client.updated` nests the record under `client` with `changed_fields`. Every other type
  * (selectable but unshown in §6.1, or new) decodes as `OtherEvent` with its body kept whole.
  */
-import { Effect, Schema } from "effect"
+import * as Effect from "effect/Effect"
+import * as Schema from "effect/Schema"
 import { Id, List, Nullable } from "./Fields.ts"
 import { Client, Meeting, Note, Prospect, Task } from "./Models.ts"
 

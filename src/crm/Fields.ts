@@ -7,7 +7,11 @@
  * always be written: PostgreSQL never gets the chance to reject a batch over a malformed date or
  * an out-of-range integer. What cannot be checked is kept as received in `raw`.
  */
-import { Option, Result, Schema, SchemaAST, SchemaGetter } from "effect"
+import * as Option from "effect/Option"
+import * as Result from "effect/Result"
+import * as Schema from "effect/Schema"
+import * as SchemaAST from "effect/SchemaAST"
+import * as SchemaGetter from "effect/SchemaGetter"
 
 /** Ids are opaque strings used as given (spec §2.1); an empty one cannot identify a record. */
 export const Id = Schema.NonEmptyString.annotate({ description: "an opaque CRM id" })

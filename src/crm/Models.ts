@@ -7,7 +7,7 @@
  * one, `updated_at` (the forward-only guard needs it), an absent or null field decodes as null and
  * an absent nested list as `[]`. A present value of the wrong type fails the record.
  */
-import { Schema } from "effect"
+import * as Schema from "effect/Schema"
 import {
   CalendarDate,
   Cents,

@@ -11,8 +11,13 @@
  * `invalid_grant` (RFC 6749 §5.2) becomes `NeedsReauthorization`: the refresh token is spent or
  * revoked and only a new `connect` helps. Token values never appear in an error or a log line.
  */
-import { Duration, Effect, Option, Redacted, Schema } from "effect"
-import { HttpClient, HttpClientRequest } from "effect/http"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import * as Redacted from "effect/Redacted"
+import * as Schema from "effect/Schema"
+import * as HttpClient from "effect/http/HttpClient"
+import * as HttpClientRequest from "effect/http/HttpClientRequest"
 import { createHash, randomBytes } from "node:crypto"
 import type { Connection } from "../config/AppConfig.ts"
 import {

@@ -10,7 +10,12 @@
  * page reports it, not as the first page did: records created or removed mid-crawl change the
  * totals, and an empty page ends the crawl whatever the totals say.
  */
-import { Effect, Option, Result, Schema, SchemaIssue, Stream } from "effect"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import * as Result from "effect/Result"
+import * as Schema from "effect/Schema"
+import * as SchemaIssue from "effect/SchemaIssue"
+import * as Stream from "effect/Stream"
 import { Pagination } from "./Models.ts"
 
 /** spec §4 rule 1: `per_page` ranges 1..100. */

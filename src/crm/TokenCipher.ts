@@ -7,7 +7,8 @@
  * 32 bytes written as 64 hex digits or as base64 (`openssl rand -base64 32`); anything else is
  * refused with a message that says so, never with the value.
  */
-import { Redacted, Result } from "effect"
+import * as Redacted from "effect/Redacted"
+import * as Result from "effect/Result"
 import { createCipheriv, createDecipheriv, randomBytes } from "node:crypto"
 
 const VERSION = 0x01

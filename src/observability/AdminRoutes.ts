@@ -7,8 +7,13 @@
  * two probes, which reveal nothing and which orchestrators call without credentials. The token is
  * compared in constant time.
  */
-import { Duration, Effect, Layer, Redacted } from "effect"
-import { HttpRouter, HttpServerRequest, HttpServerResponse } from "effect/http"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Redacted from "effect/Redacted"
+import * as HttpRouter from "effect/http/HttpRouter"
+import * as HttpServerRequest from "effect/http/HttpServerRequest"
+import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import { SqlClient } from "effect/sql/SqlClient"
 import { timingSafeEqual } from "node:crypto"
 import { AppConfig } from "../config/AppConfig.ts"

@@ -4,9 +4,13 @@
  * database answers and every connection's credentials can be used; 503 with one line per reason)
  * and `/metrics` (every metric in Effect's registry as Prometheus text).
  */
-import { Duration, Effect, Layer, Option } from "effect"
-import { HttpRouter, HttpServerResponse } from "effect/http"
-import { PrometheusMetrics } from "effect/observability"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as HttpRouter from "effect/http/HttpRouter"
+import * as HttpServerResponse from "effect/http/HttpServerResponse"
+import * as PrometheusMetrics from "effect/observability/PrometheusMetrics"
 import { SqlClient } from "effect/sql/SqlClient"
 import { AppConfig } from "../config/AppConfig.ts"
 import { Credentials } from "../crm/Credentials.ts"

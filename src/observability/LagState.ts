@@ -6,7 +6,8 @@
  * crm-sync made. A last *successful* run tells a failed poll from a quiet hour, which the time of
  * the last row written cannot.
  */
-import { Duration, Effect } from "effect"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
 import type { AppConfigShape } from "../config/AppConfig.ts"
 import { cursorPositions } from "../sync/Cursors.ts"
 import { successesAndFailures } from "../sync/JobRuns.ts"

@@ -8,7 +8,8 @@
  * event types) so the number of series stays bounded. Other capabilities declare their metrics
  * here too, next to these, so that `/metrics` and the Grafana dashboard have one place to look.
  */
-import { Effect, Metric } from "effect"
+import * as Effect from "effect/Effect"
+import * as Metric from "effect/Metric"
 
 type Attributes = Readonly<Record<string, string>>
 

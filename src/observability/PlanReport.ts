@@ -4,7 +4,10 @@
  * reference refresh from recent job runs, the outbound writer's and the event processor's recent
  * request rates, the reconcile cron's runs per day — and renders the result for `crm-sync plan`.
  */
-import { Cron, Duration, Effect, Result } from "effect"
+import * as Cron from "effect/Cron"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Result from "effect/Result"
 import type { AppConfigShape, Connection } from "../config/AppConfig.ts"
 import { bucketsFor, strictest } from "../budget/Buckets.ts"
 import { type ConnectionPlan, type CrawlInput, planConnection } from "../budget/Plan.ts"

@@ -4,7 +4,10 @@
  * over the last interval, from `perf_hooks.monitorEventLoopDelay`) — sampled every 10 seconds by
  * the daemon. A busy or starved event loop delays every webhook acknowledgement and permit.
  */
-import { Duration, Effect, Layer, Schedule } from "effect"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Schedule from "effect/Schedule"
 import { monitorEventLoopDelay } from "node:perf_hooks"
 import * as Metrics from "./Metrics.ts"
 

@@ -5,7 +5,10 @@
  * (LagState) — so dashboards and alerts see every process sharing the
  * database, not just this one.
  */
-import { Duration, Effect, Layer, Schedule } from "effect"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Schedule from "effect/Schedule"
 import { AppConfig } from "../config/AppConfig.ts"
 import { DatabaseInfo } from "../warehouse/Database.ts"
 import { Resources } from "../warehouse/Warehouse.ts"

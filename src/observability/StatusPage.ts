@@ -7,7 +7,7 @@
  * step: it refreshes itself every 15 seconds. Everything that comes from the CRM or the database
  * is escaped, since names and error messages are user data.
  */
-import { Effect } from "effect"
+import * as Effect from "effect/Effect"
 import { SqlClient } from "effect/sql/SqlClient"
 import { oldestWaitingRow, rowsNeedingAPerson } from "../outbound/Outbox.ts"
 import { jobHealth, recentRuns } from "../sync/JobRuns.ts"

@@ -4,8 +4,12 @@
  * process sharing the database, not just this one. Secrets never appear: connections are shown
  * by name, URL and credential kind only.
  */
-import { Context, Duration, Effect, Layer } from "effect"
-import { HttpRouter, HttpServerResponse } from "effect/http"
+import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as HttpRouter from "effect/http/HttpRouter"
+import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import { SqlClient } from "effect/sql/SqlClient"
 import { AppConfig, type AppConfigShape } from "../config/AppConfig.ts"
 import { bucketWindows } from "../budget/RateBudget.ts"

@@ -7,8 +7,11 @@
  * (`WebhookIntake.deliver`), an outbox send (`CrmClient.create…`). Unset, nothing is exported and
  * nothing changes; `/metrics` is served either way.
  */
-import { Config, Effect, Layer, Option } from "effect"
-import { FetchHttpClient } from "effect/http"
+import * as Config from "effect/Config"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as FetchHttpClient from "effect/http/FetchHttpClient"
 
 /** The variables read here (beside the config's). */
 export const TelemetryVariables = ["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME"] as const
@@ -21,7 +24,7 @@ export const TelemetryLive = (version: string) =>
       if (Option.isNone(endpoint) || endpoint.value.trim() === "") return Layer.empty
       const serviceName = yield* Config.String("OTEL_SERVICE_NAME").pipe(Config.withDefault("crm-sync"))
       // Loaded only when exporting: most deployments never do, and it is not small.
-      const { Otlp } = yield* Effect.promise(() => import("effect/observability"))
+      const Otlp = yield* Effect.promise(() => import("effect/observability/Otlp"))
       return Otlp.layerJson({
         baseUrl: endpoint.value.trim().replace(/\/+$/, ""),
         resource: { serviceName, serviceVersion: version },

@@ -7,7 +7,8 @@
  */
 // By path: the package index loads every date-fns function (3 s and 500 MB at startup, measured).
 import { formatDuration as durationInWords } from "date-fns/formatDuration"
-import { Cause, Predicate } from "effect"
+import * as Cause from "effect/Cause"
+import * as Predicate from "effect/Predicate"
 
 /** The message of an error (a Cause is squashed first), or its cause's, or its tag. */
 export const messageOf = (error: unknown): string => {

@@ -7,8 +7,19 @@
  * written only by the lease's holder: another replica takes a row over only when its holder died.
  * `OutboundWriterLive` runs it in the daemon.
  */
-import { PgClient } from "@effect/sql-pg"
-import { Cause, Clock, Duration, Effect, Fiber, Layer, Option, Queue, Random, Result, Schedule, Schema } from "effect"
+import * as PgClient from "@effect/sql-pg/PgClient"
+import * as Cause from "effect/Cause"
+import * as Clock from "effect/Clock"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Queue from "effect/Queue"
+import * as Random from "effect/Random"
+import * as Result from "effect/Result"
+import * as Schedule from "effect/Schedule"
+import * as Schema from "effect/Schema"
 import { randomUUID } from "node:crypto"
 import { AppConfig } from "../config/AppConfig.ts"
 import { CrmClient, type CrmClientShape } from "../crm/CrmClient.ts"

@@ -8,7 +8,8 @@
  * first response instead of creating a second record (spec §4 rule 6). Every outcome is recorded
  * only by the row's holder (`locked_by`): a writer whose lease was taken over changes nothing.
  */
-import { Effect, Schema } from "effect"
+import * as Effect from "effect/Effect"
+import * as Schema from "effect/Schema"
 import { SqlClient } from "effect/sql/SqlClient"
 import type { SqlError } from "effect/sql/SqlError"
 

@@ -6,7 +6,11 @@
  * goes on after its last stored page, and records never duplicate (the warehouse upserts by id). A
  * resource that fails does not stop the others; the backfill then fails, after the summary table.
  */
-import { Clock, Console, Duration, Effect, Logger } from "effect"
+import * as Clock from "effect/Clock"
+import * as Console from "effect/Console"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Logger from "effect/Logger"
 import type { SqlClient } from "effect/sql/SqlClient"
 import type { HttpClient } from "effect/http"
 import { AppConfig } from "../config/AppConfig.ts"

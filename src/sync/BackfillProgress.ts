@@ -6,7 +6,10 @@
  * module only formats and draws.
  */
 import cliProgress from "cli-progress"
-import { Clock, Effect, Logger, type Scope } from "effect"
+import * as Clock from "effect/Clock"
+import * as Effect from "effect/Effect"
+import * as Logger from "effect/Logger"
+import type * as Scope from "effect/Scope"
 import { formatDuration } from "../observability/Text.ts"
 
 export type ProgressMode = "bars" | "lines" | "none"

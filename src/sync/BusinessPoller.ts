@@ -7,7 +7,12 @@
  * crawls every business (PageCrawler: resumable page by page, since that first listing can be
  * long) and leaves the cursor at the crawl's start.
  */
-import { Context, DateTime, Duration, Effect, Layer, Option } from "effect"
+import * as Context from "effect/Context"
+import * as DateTime from "effect/DateTime"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
 import { SqlClient } from "effect/sql/SqlClient"
 import { AppConfig } from "../config/AppConfig.ts"
 import type { CrmClientShape, ListPage } from "../crm/CrmClient.ts"

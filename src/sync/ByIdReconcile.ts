@@ -7,7 +7,8 @@
  * within a cap: a newer version is written (`source = reconcile`, forward-only), a 404 marks the row
  * deleted, and the single-meeting read fills `event_participants`, which no event carries.
  */
-import { DateTime, Effect } from "effect"
+import * as DateTime from "effect/DateTime"
+import * as Effect from "effect/Effect"
 import { SqlClient } from "effect/sql/SqlClient"
 import type { CrmClientShape, NoteParent, Received } from "../crm/CrmClient.ts"
 import { CrmPermitSpent } from "../crm/CrmTransport.ts"

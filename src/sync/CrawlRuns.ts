@@ -7,7 +7,11 @@
  * describes, so the bookkeeping can never disagree with the warehouse. A record missed by two clean
  * crawls in a row is marked deleted (`finishClean`).
  */
-import { Context, DateTime, Effect, Layer, Schema } from "effect"
+import * as Context from "effect/Context"
+import * as DateTime from "effect/DateTime"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Schema from "effect/Schema"
 import { percent } from "../observability/Text.ts"
 import { SqlClient } from "effect/sql/SqlClient"
 import type { SqlError } from "effect/sql/SqlError"

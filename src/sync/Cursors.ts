@@ -6,7 +6,12 @@
  * `state` keeps what the last poll did (pages, records, whether drift held the cursor back), for
  * `status` and for whoever debugs a stuck poll.
  */
-import { Context, DateTime, Effect, Layer, Option, Schema } from "effect"
+import * as Context from "effect/Context"
+import * as DateTime from "effect/DateTime"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
 import { SqlClient } from "effect/sql/SqlClient"
 import type { SqlError } from "effect/sql/SqlError"
 

@@ -7,7 +7,15 @@
  * sees it as `CurrentLease`: JobRuns and CrawlRuns write it on the runs they open, which is how the
  * orphan sweep (SyncJobs) tells a dead holder's runs.
  */
-import { Context, Duration, Effect, Exit, Layer, Option, Schema, Scope, Semaphore } from "effect"
+import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
+import * as Scope from "effect/Scope"
+import * as Semaphore from "effect/Semaphore"
 import { SqlClient } from "effect/sql/SqlClient"
 import type { Connection } from "effect/sql/SqlConnection"
 import type { SqlError } from "effect/sql/SqlError"

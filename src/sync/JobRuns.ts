@@ -5,7 +5,15 @@
  * SIGTERM still records it). `status` shows the latest runs; the scheduler reads the last finish
  * of a job to decide when it is next due, so a restarted daemon does not crawl again at once.
  */
-import { Cause, Context, DateTime, Duration, Effect, Exit, Layer, Option, Schema } from "effect"
+import * as Cause from "effect/Cause"
+import * as Context from "effect/Context"
+import * as DateTime from "effect/DateTime"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
 import { SqlClient } from "effect/sql/SqlClient"
 import type { SqlError } from "effect/sql/SqlError"
 import { CurrentLease } from "./JobLease.ts"

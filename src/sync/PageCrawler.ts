@@ -7,7 +7,17 @@
  * commit, and a crash loses at most pages not yet committed. A clean finish applies deletion by
  * absence (CrawlRuns). The caller holds the resource's lease (`resourceLease` of JobLease).
  */
-import { Cause, Clock, Context, DateTime, Deferred, Effect, Exit, Layer, Queue, Result, Semaphore } from "effect"
+import * as Cause from "effect/Cause"
+import * as Clock from "effect/Clock"
+import * as Context from "effect/Context"
+import * as DateTime from "effect/DateTime"
+import * as Deferred from "effect/Deferred"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Layer from "effect/Layer"
+import * as Queue from "effect/Queue"
+import * as Result from "effect/Result"
+import * as Semaphore from "effect/Semaphore"
 import { SqlClient } from "effect/sql/SqlClient"
 import type { SqlError } from "effect/sql/SqlError"
 import { AppConfig } from "../config/AppConfig.ts"

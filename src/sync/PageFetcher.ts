@@ -5,7 +5,10 @@
  * crawler's fetcher, which reads a crawl's pages in order into a queue, decoded as they arrive, and
  * reads again the pages behind a drop in the totals. It writes nothing.
  */
-import { type Cause, Effect, Fiber, Queue } from "effect"
+import type * as Cause from "effect/Cause"
+import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
+import * as Queue from "effect/Queue"
 import type { CrmClientShape, ListPage } from "../crm/CrmClient.ts"
 import type { CrmError } from "../crm/CrmError.ts"
 import { type Prepared, prepare } from "../warehouse/Warehouse.ts"

@@ -5,7 +5,8 @@
  * `sync.deletion_threshold` of the live rows would go at once, and a partial read, a resumed one or
  * one the listing moved under never deletes anything.
  */
-import { DateTime, Effect } from "effect"
+import * as DateTime from "effect/DateTime"
+import * as Effect from "effect/Effect"
 import type { SqlClient } from "effect/sql/SqlClient"
 import { percent } from "../observability/Text.ts"
 import type { Warehouse } from "../warehouse/Warehouse.ts"

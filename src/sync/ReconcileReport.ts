@@ -4,7 +4,7 @@
  * as the JSON of `crm_sync.reconciliation_reports.report` (hence snake_case; Reconciler.ts writes
  * it), and printed by `crm-sync reconcile` as a table per resource with a line per run.
  */
-import { Duration } from "effect"
+import * as Duration from "effect/Duration"
 import { percent, textTable } from "../observability/Text.ts"
 import type { ByIdReport } from "./ByIdReconcile.ts"
 import type { SyncError } from "./SyncError.ts"

@@ -4,7 +4,13 @@
  * `crm-sync reconcile` run. Replicas wake at the same occurrence: one runs it, the others find its
  * run and skip it. An occurrence missed while no daemon ran runs at the next start, once.
  */
-import { Cause, Clock, Cron, Duration, Effect, Layer, Result } from "effect"
+import * as Cause from "effect/Cause"
+import * as Clock from "effect/Clock"
+import * as Cron from "effect/Cron"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Result from "effect/Result"
 import { AppConfig, ConfigInvalid } from "../config/AppConfig.ts"
 import { CrmClient, type CrmClientShape } from "../crm/CrmClient.ts"
 import { JobLease } from "./JobLease.ts"

@@ -7,7 +7,14 @@
  * at most its allowance of the budget, resumes where a partial one stopped, and writes one
  * `crm_sync.reconciliation_reports` row (ReconcileReport.ts) however it ends.
  */
-import { Console, Context, DateTime, Effect, Layer, Option, Result, Schema } from "effect"
+import * as Console from "effect/Console"
+import * as Context from "effect/Context"
+import * as DateTime from "effect/DateTime"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Result from "effect/Result"
+import * as Schema from "effect/Schema"
 import { SqlClient } from "effect/sql/SqlClient"
 import type { HttpClient } from "effect/http"
 import { AppConfig } from "../config/AppConfig.ts"

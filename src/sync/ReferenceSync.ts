@@ -7,7 +7,11 @@
  * absence here too: a book or template missed by two complete refreshes in a row is marked
  * deleted, and one that comes back is undeleted.
  */
-import { Context, DateTime, Effect, Layer, Stream } from "effect"
+import * as Context from "effect/Context"
+import * as DateTime from "effect/DateTime"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Stream from "effect/Stream"
 import { SqlClient } from "effect/sql/SqlClient"
 import { AppConfig } from "../config/AppConfig.ts"
 import type { CrmClientShape } from "../crm/CrmClient.ts"

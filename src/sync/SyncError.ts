@@ -4,7 +4,7 @@
  * the warehouse, or the sync bookkeeping — and whether the next scheduled run may succeed. It names
  * the job, the connection and the resource, never a record's content or a token.
  */
-import { Schema } from "effect"
+import * as Schema from "effect/Schema"
 import type { SqlError } from "effect/sql/SqlError"
 import type { CrmError } from "../crm/CrmError.ts"
 import type { WarehouseError } from "../warehouse/WarehouseError.ts"

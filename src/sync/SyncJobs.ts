@@ -5,7 +5,12 @@
  * (`Layer.effectDiscard` with one `forkScoped` loop per job) that never dies of a job's failure;
  * every run is a row in `crm_sync.job_runs`, taken under the resource's lease.
  */
-import { Cause, Duration, Effect, Layer, Option, Schema } from "effect"
+import * as Cause from "effect/Cause"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
 import { SqlClient } from "effect/sql/SqlClient"
 import { isSqlError, type SqlError } from "effect/sql/SqlError"
 import { AppConfig } from "../config/AppConfig.ts"

@@ -7,7 +7,8 @@
  * Labels come from closed sets: job names (poll:businesses, crawl:<resource>, reference,
  * backfill:<resource>), resources, and outcomes.
  */
-import { Effect, Metric } from "effect"
+import * as Effect from "effect/Effect"
+import * as Metric from "effect/Metric"
 import { increment } from "../observability/Metrics.ts"
 
 export const syncRuns = Metric.counter("crm_sync_sync_runs_total", {

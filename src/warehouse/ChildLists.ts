@@ -3,7 +3,7 @@
  * addresses), rewritten in the parents' transaction. Only lists that were received and differ from
  * the stored ones are touched, so a write that changes no list writes no child row.
  */
-import { Effect } from "effect"
+import * as Effect from "effect/Effect"
 import type { SqlClient } from "effect/sql/SqlClient"
 import * as BatchSql from "./BatchSql.ts"
 import { type AnyTable, type Decoded, partsOf } from "./Rows.ts"

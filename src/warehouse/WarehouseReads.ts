@@ -3,7 +3,9 @@
  * them, which were last written before a moment, the live records of some books, counts, one row
  * with its record decoded, and the records set aside as undecodable. Read-only.
  */
-import { Effect, Option, Result } from "effect"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import * as Result from "effect/Result"
 import type { SqlClient } from "effect/sql/SqlClient"
 import { type AnyTable, decoderOf } from "./Rows.ts"
 import { type Resource, type ResourceRecord, type Row, type Source, Tables } from "./Tables.ts"

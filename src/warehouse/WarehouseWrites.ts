@@ -6,7 +6,9 @@
  * aside in `crm_sync.undecodable_records`; the rest of the batch is written. Called inside a
  * transaction of the caller's, the chunk transactions become savepoints of it.
  */
-import { DateTime, Effect, identity } from "effect"
+import * as DateTime from "effect/DateTime"
+import * as Effect from "effect/Effect"
+import { identity } from "effect/Function"
 import type { SqlClient } from "effect/sql/SqlClient"
 import type { SqlError } from "effect/sql/SqlError"
 import * as BatchSql from "./BatchSql.ts"

@@ -7,8 +7,15 @@
  * it claimable again (after its lease expires) and applying it again changes nothing.
  * `EventProcessorLive` runs it in the daemon.
  */
-import { PgClient } from "@effect/sql-pg"
-import { Cause, Clock, Context, Duration, Effect, Exit, Layer, Queue } from "effect"
+import * as PgClient from "@effect/sql-pg/PgClient"
+import * as Cause from "effect/Cause"
+import * as Clock from "effect/Clock"
+import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Layer from "effect/Layer"
+import * as Queue from "effect/Queue"
 import { SqlClient } from "effect/sql/SqlClient"
 import { isSqlError, type SqlError } from "effect/sql/SqlError"
 import { randomBytes } from "node:crypto"

@@ -5,7 +5,11 @@
  * the writes of several rows per table, ids in a fixed order (so concurrent processors cannot
  * deadlock), and applies them in the caller's transaction.
  */
-import { DateTime, Effect, Predicate, Result, Schema } from "effect"
+import * as DateTime from "effect/DateTime"
+import * as Effect from "effect/Effect"
+import * as Predicate from "effect/Predicate"
+import * as Result from "effect/Result"
+import * as Schema from "effect/Schema"
 import { type CrmEvent, decodeEvent } from "../crm/Events.ts"
 import * as Models from "../crm/Models.ts"
 import type { ClientChange, Resource, Warehouse } from "../warehouse/Warehouse.ts"

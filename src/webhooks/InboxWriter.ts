@@ -4,7 +4,13 @@
  * trip and a WAL flush each. A failed statement fails every waiter of its batch (they answer 503;
  * the sender retries).
  */
-import { Cause, Context, Deferred, Effect, Layer, Queue, Schema } from "effect"
+import * as Cause from "effect/Cause"
+import * as Context from "effect/Context"
+import * as Deferred from "effect/Deferred"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Queue from "effect/Queue"
+import * as Schema from "effect/Schema"
 import { oneLine } from "../observability/Text.ts"
 import * as Metrics from "../observability/Metrics.ts"
 import { type InboxRow, WebhookInbox } from "./WebhookInbox.ts"

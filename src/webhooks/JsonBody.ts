@@ -3,7 +3,7 @@
  * strict UTF-8, its nesting checked (JsonDepth) before anything parses it. It never throws: a body
  * that cannot be read says why, and each caller words the reason it stores.
  */
-import { Result } from "effect"
+import * as Result from "effect/Result"
 import { nestsDeeperThan, tooDeep } from "./JsonDepth.ts"
 
 /** Why a body is not JSON crm-sync reads; `detail` is the parser's own message. */

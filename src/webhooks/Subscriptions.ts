@@ -6,7 +6,9 @@
  * 204); personal access tokens are refused before any request (spec §5 rule 6). What each did is
  * recorded in `crm_sync.webhook_subscriptions`.
  */
-import { Effect, Option, Schema } from "effect"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
 import { SqlClient } from "effect/sql/SqlClient"
 import { AppConfig, type Connection } from "../config/AppConfig.ts"
 import { CrmClient, type CrmClientShape, UnknownConnection } from "../crm/CrmClient.ts"

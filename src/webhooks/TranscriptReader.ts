@@ -8,7 +8,9 @@
  * configured one; clients are made once per connection and kept. The transcript is returned as
  * received (the raw JSON object), for the warehouse to decode and store.
  */
-import { Context, Effect, Layer } from "effect"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import { AppConfig } from "../config/AppConfig.ts"
 import { CrmClient, type CrmClientShape, type UnknownConnection } from "../crm/CrmClient.ts"
 import type { CrmError } from "../crm/CrmError.ts"

@@ -6,8 +6,12 @@
  * failures back with a backoff (`retryLater`), and an operator can `replay` dead rows. Times are
  * PostgreSQL's `now()`, so every replica on the database agrees on leases and due times.
  */
-import { PgTypes } from "@effect/sql-pg"
-import { Context, Duration, Effect, Layer, Result } from "effect"
+import * as PgTypes from "@effect/sql-pg/PgTypes"
+import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Result from "effect/Result"
 import { SqlClient } from "effect/sql/SqlClient"
 import type { SqlError } from "effect/sql/SqlError"
 

@@ -7,8 +7,19 @@
  * accepting the delivery"); a refusal stores nothing and is counted in
  * `crm_sync_webhook_deliveries_total` by reason.
  */
-import { ByteSize, Clock, Context, Duration, Effect, Layer, Predicate, Result, Schema } from "effect"
-import { HttpIncomingMessage, HttpRouter, HttpServerRequest, HttpServerResponse } from "effect/http"
+import * as ByteSize from "effect/ByteSize"
+import * as Clock from "effect/Clock"
+import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Predicate from "effect/Predicate"
+import * as Result from "effect/Result"
+import * as Schema from "effect/Schema"
+import * as HttpIncomingMessage from "effect/http/HttpIncomingMessage"
+import * as HttpRouter from "effect/http/HttpRouter"
+import * as HttpServerRequest from "effect/http/HttpServerRequest"
+import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import { AppConfig, type WebhookEndpoint } from "../config/AppConfig.ts"
 import * as Metrics from "../observability/Metrics.ts"
 import { InboxUnavailable, InboxWriter } from "./InboxWriter.ts"

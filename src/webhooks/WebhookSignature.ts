@@ -4,7 +4,10 @@
  * a 400, a bad signature or a timestamp outside the tolerance a 401. Several secrets may be live at
  * once during a rotation: a delivery signed by any of them is accepted.
  */
-import { Duration, Redacted, Result, Schema } from "effect"
+import * as Duration from "effect/Duration"
+import * as Redacted from "effect/Redacted"
+import * as Result from "effect/Result"
+import * as Schema from "effect/Schema"
 import type { Headers } from "effect/http"
 import { createHmac, timingSafeEqual } from "node:crypto"
 import { Webhook } from "standardwebhooks"
