@@ -19,7 +19,7 @@
  * spends 40% of the user bucket as each window opens, so crm-sync must learn what is left; and the
  * same co-tenant leaving half-way through, so crm-sync must win its share back.
  */
-import { NodeHttpClient } from "@effect/platform-node"
+import { CrmHttpClient } from "../../src/cli/ApiStack.ts"
 import { PgClient } from "@effect/sql-pg"
 import { Duration, Effect, Exit, Fiber, Layer, Redacted, Scope, Stream } from "effect"
 import { Reactivity } from "effect/reactivity"
@@ -72,7 +72,7 @@ const stack = <E>(config: Layer.Layer<AppConfig, E>, url: string) =>
   CrmClient.layerFor("bench").pipe(
     Layer.provideMerge(Layer.mergeAll(RateBudget.layer, Credentials.layer)),
     Layer.provide(config),
-    Layer.provide(NodeHttpClient.layerUndici),
+    Layer.provide(CrmHttpClient),
     Layer.provide(PgClient.layer({ url: Redacted.make(url), maxConnections: POOL_SIZE })),
     Layer.fresh
   )

@@ -4,7 +4,7 @@
  * `raw`, errors map to their reasons (spec §7), retries are bounded and keep the idempotency key,
  * a 429 blocks its bucket in the shared budget, and nothing is sent outside the base URL.
  */
-import { NodeHttpClient } from "@effect/platform-node"
+import { CrmHttpClient } from "../../src/cli/ApiStack.ts"
 import { assert, layer } from "@effect/vitest"
 import { Duration, Effect, Fiber, Layer, Result, Schedule, Schema, Stream } from "effect"
 import { HttpClient, HttpClientResponse } from "effect/http"
@@ -50,7 +50,7 @@ const Config = Layer.unwrap(
 const Stack = CrmClient.layer.pipe(
   Layer.provideMerge(Layer.mergeAll(RateBudget.layer, Credentials.layer)),
   Layer.provideMerge(Config),
-  Layer.provideMerge(NodeHttpClient.layerUndici),
+  Layer.provideMerge(CrmHttpClient),
   Layer.provideMerge(TestDatabase),
   Layer.provideMerge(SandboxLayer)
 )

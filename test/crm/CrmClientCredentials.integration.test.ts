@@ -4,7 +4,7 @@
  * 401, five concurrent refreshers from five "processes" making one token request, `invalid_grant`
  * ending in "needs re-authorization" without a loop — and no secret in any log line.
  */
-import { NodeHttpClient } from "@effect/platform-node"
+import { CrmHttpClient } from "../../src/cli/ApiStack.ts"
 import { assert, layer } from "@effect/vitest"
 import { Effect, Layer, Logger, Redacted, References, Result } from "effect"
 import { HttpClient, HttpClientRequest } from "effect/http"
@@ -72,7 +72,7 @@ const Config = Layer.unwrap(
 const Stack = CrmClient.layerFor("oauth").pipe(
   Layer.provideMerge(Layer.mergeAll(RateBudget.layer, Credentials.layer)),
   Layer.provideMerge(Config),
-  Layer.provideMerge(NodeHttpClient.layerUndici),
+  Layer.provideMerge(CrmHttpClient),
   Layer.provideMerge(TestDatabase),
   Layer.provideMerge(Sandbox.layer({ records: 200, seed: 5 })),
   Layer.provideMerge(CapturedLogs)

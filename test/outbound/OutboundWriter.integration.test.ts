@@ -3,7 +3,7 @@
  * and what the CRM received (the request log) and what the outbox and warehouse say afterwards
  * are what is asserted.
  */
-import { NodeHttpClient } from "@effect/platform-node"
+import { CrmHttpClient } from "../../src/cli/ApiStack.ts"
 import { assert, layer } from "@effect/vitest"
 import { Duration, Effect, Exit, Fiber, Layer, Scope } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
@@ -44,7 +44,7 @@ const Config = Layer.unwrap(
 
 const Stack = Layer.mergeAll(RateBudget.layer, Credentials.layer, Warehouse.layer).pipe(
   Layer.provideMerge(Config),
-  Layer.provideMerge(NodeHttpClient.layerUndici),
+  Layer.provideMerge(CrmHttpClient),
   Layer.provideMerge(TestDatabase),
   Layer.provideMerge(Sandbox.layer({ records: 200, seed: 5, limits: { personal: HIGH } }))
 )
