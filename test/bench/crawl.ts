@@ -23,7 +23,7 @@
  * the `bench:crawl` markers (`--no-docs` only prints). Each size is measured in a process of its
  * own (this file with `--measure`), on one embedded PostgreSQL.
  */
-import { NodeHttpClient } from "@effect/platform-node"
+import { CrmHttpClient } from "../../src/cli/ApiStack.ts"
 import { PgClient } from "@effect/sql-pg"
 import { Effect, Fiber, Layer, Redacted } from "effect"
 import { Reactivity } from "effect/reactivity"
@@ -44,6 +44,7 @@ import { acquireEmbeddedDatabase } from "../../src/warehouse/EmbeddedDatabase.ts
 import { migrate } from "../../src/warehouse/Migrations.ts"
 import { Warehouse } from "../../src/warehouse/Warehouse.ts"
 import { recordFigures } from "./figures.ts"
+import { v8FlagsFor } from "../../bin/v8-flags.js"
 
 const argument = (name: string) => {
   const index = process.argv.indexOf(name)
@@ -214,7 +215,7 @@ const measure = (adminUrl: string, postmaster: number, size: number) =>
         log_level: "warn"
       })
       const live = Layer.mergeAll(Warehouse.layer, RateBudget.layer, Credentials.layer).pipe(
-        Layer.provideMerge(NodeHttpClient.layerUndici),
+        Layer.provideMerge(CrmHttpClient),
         Layer.provideMerge(config),
         Layer.provideMerge(database(adminUrl, `bench_crawl_${size}`))
       )
@@ -269,7 +270,7 @@ const inFreshProcess = (adminUrl: string, postmaster: number, size: number) =>
     const child = fork(fileURLToPath(import.meta.url), ["--measure", String(size), adminUrl, String(postmaster)], {
       // The V8 flags every launcher of crm-sync gives Node (package.json, bin/, ops/Dockerfile), and
       // BENCH_MEASURE_ARGS: extra ones for the backfilling process, e.g. "--cpu-prof" to profile it.
-      execArgv: ["--max-semi-space-size=32", ...(process.env.BENCH_MEASURE_ARGS ?? "").split(" ").filter(Boolean)],
+      execArgv: [...v8FlagsFor(["backfill"]), ...(process.env.BENCH_MEASURE_ARGS ?? "").split(" ").filter(Boolean)],
       stdio: ["ignore", "inherit", "inherit", "ipc"]
     })
     let figures: Figures | undefined

@@ -28,13 +28,14 @@ import { Webhook } from "standardwebhooks"
 import { acquireEmbeddedDatabase, freePort } from "../../src/warehouse/EmbeddedDatabase.ts"
 import { recordFigures } from "./figures.ts"
 import { Connection } from "./loopback.ts"
+import { v8FlagsFor } from "../../bin/v8-flags.js"
 
 const quick = process.argv.includes("--quick")
 const SECONDS_PER_RATE = quick ? 3 : 10
 const RATES = [100, 1_000] as const
 const POLL_INTERVAL_SECONDS = 15
 const POLL_CHANGES = quick ? 3 : 8
-const main = fileURLToPath(new URL("../../src/main.ts", import.meta.url))
+const main = fileURLToPath(new URL("../../bin/crm-sync.js", import.meta.url))
 const fixture = JSON.parse(
   readFileSync(fileURLToPath(new URL("../fixtures/events/task.created.json", import.meta.url)), "utf8")
 ) as Record<string, any>
@@ -130,7 +131,7 @@ const committed = new Map<string, number>()
 const children: Array<ChildProcess> = []
 
 const child = (args: ReadonlyArray<string>, env: Record<string, string>): ChildProcess => {
-  const process_ = spawn(process.execPath, ["--max-semi-space-size=32", main, ...args], {
+  const process_ = spawn(process.execPath, [...v8FlagsFor(args), main, ...args], {
     env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "", LOG_LEVEL: "warn", ...env },
     stdio: ["ignore", "pipe", "inherit"]
   })
@@ -167,7 +168,7 @@ interface WebhookFigures {
 }
 
 const measureWebhooks = async (url: string, secret: string, rate: number): Promise<WebhookFigures> => {
-  const sender = fork(fileURLToPath(import.meta.url), ["--sender"], { execArgv: ["--max-semi-space-size=32"] })
+  const sender = fork(fileURLToPath(import.meta.url), ["--sender"], { execArgv: v8FlagsFor(["run"]) })
   children.push(sender)
   const prefix = `tsk_fresh_${rate}`
   const result = await new Promise<{ sent: Record<string, number>; failed: number }>((resolve) => {

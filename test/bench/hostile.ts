@@ -21,6 +21,7 @@ import { Effect, Exit, Redacted, Scope } from "effect"
 import { postSigned } from "../support/Daemon.ts"
 import { acquireEmbeddedDatabase, freePort } from "../../src/warehouse/EmbeddedDatabase.ts"
 import { recordFigures } from "./figures.ts"
+import { v8FlagsFor } from "../../bin/v8-flags.js"
 
 const argument = (name: string) => {
   const index = process.argv.indexOf(name)
@@ -30,7 +31,7 @@ const CONNECTIONS = Number(argument("--connections") ?? 3_000)
 const SLOW = 200
 const BODY = 262_144
 const TARGET_MB = 300
-const main = fileURLToPath(new URL("../../src/main.ts", import.meta.url))
+const main = fileURLToPath(new URL("../../bin/crm-sync.js", import.meta.url))
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
 
 const rssMb = (pid: number) => {
@@ -117,7 +118,7 @@ const bench = Effect.gen(function* () {
       })
     )
     return yield* Effect.promise(async () => {
-      const daemon = spawn(process.execPath, ["--max-semi-space-size=32", main, "run"], {
+      const daemon = spawn(process.execPath, [...v8FlagsFor(["run"]), main, "run"], {
         env: { ...process.env, CRM_SYNC_CONFIG: config, LOG_LEVEL: "error" },
         stdio: "ignore"
       })

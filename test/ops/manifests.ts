@@ -10,6 +10,7 @@
  * a broken manifest failing.
  */
 import { parseAllDocuments } from "yaml"
+import { v8FlagsFor } from "../../bin/v8-flags.js"
 
 type Json = Record<string, any>
 
@@ -97,6 +98,7 @@ export const kubernetesProblems = (text: string, known: Known): ReadonlyArray<st
       const command = (container.args as ReadonlyArray<string> | undefined)?.[0]
       if (command === undefined || !known.commands.has(command))
         problems.push(`${where}: runs "${command}", not a crm-sync command`)
+      problems.push(...entrypointProblems(where, container))
       const env = new Map<string, string>()
       for (const variable of (container.env ?? []) as ReadonlyArray<Json>) {
         env.set(variable.name, String(variable.value ?? ""))
@@ -171,4 +173,18 @@ export const composeProblems = (text: string, known: Known): ReadonlyArray<strin
       problems.push(`compose: ${variable} ${value} is not published`)
   }
   return problems
+}
+
+/**
+ * A container that replaces the image's entry point must still start Node with the V8 flags its
+ * command needs (bin/v8-flags.js): otherwise bin/crm-sync.js re-executes Node, two processes for one.
+ */
+const entrypointProblems = (where: string, container: Json): Array<string> => {
+  const entrypoint = container.command as ReadonlyArray<string> | undefined
+  if (entrypoint === undefined) return []
+  const args = (container.args ?? []) as ReadonlyArray<string>
+  const expected = ["node", ...v8FlagsFor(args), "bin/crm-sync.js"]
+  return entrypoint.join(" ") === expected.join(" ")
+    ? []
+    : [`${where}: command ${JSON.stringify(entrypoint)}, expected ${JSON.stringify(expected)}`]
 }

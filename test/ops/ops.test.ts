@@ -1,7 +1,7 @@
 /**
  * The operations files speak of metrics crm-sync really exports: every `crm_sync_*` name in the
  * alert rules and the dashboard is declared in the sources, the daemon's image and manifests run
- * commands the CLI has, and every way of starting crm-sync gives Node the same V8 flags. The shipped
+ * commands the CLI has, and every way of starting crm-sync gives Node the V8 flags its command needs. The shipped
  * deployment (ops/kubernetes/config.json, the manifests, compose) is a valid config that receives
  * every event type, with every secret it names provided by the Secret and by compose's environment,
  * and probes and scrapes on the admin port, never on the internet-facing webhook port.
@@ -13,10 +13,11 @@ import { EnvironmentVariables } from "../../src/config/Variables.ts"
 import { KnownEventTypes, UntypedEventTypes } from "../../src/crm/Events.ts"
 import { parse, parseAllDocuments } from "yaml"
 import { composeProblems, type Known, kubernetesProblems } from "./manifests.ts"
+import { v8FlagsFor } from "../../bin/v8-flags.js"
 import { spawnSync } from "node:child_process"
 import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs"
 import { tmpdir } from "node:os"
-import { join } from "node:path"
+import { dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
 
 const root = fileURLToPath(new URL("../../", import.meta.url))
@@ -90,22 +91,35 @@ describe("ops", () => {
     for (const panel of dashboard.panels) assert.isAbove(panel.targets.length, 0, panel.title)
   })
 
-  it("the image's build step that fills Node's compile cache runs on these sources", () => {
+  it("the image fills Node's compile cache as the user it runs as, and a start then compiles nothing", () => {
     const dockerfile = read("ops/Dockerfile")
     assert.match(dockerfile, /^ENV NODE_COMPILE_CACHE=\/app\/\.compile-cache$/m)
-    const run = /^RUN node (--input-type=module -e "(.+)")$/m.exec(dockerfile)
-    assert.isNotNull(run, "a RUN node --input-type=module -e step")
+    const fill = /^RUN (node .+bin\/crm-sync\.js --help.+)$/m.exec(dockerfile)
+    assert.isNotNull(fill, "a RUN step that starts crm-sync to fill the cache")
+    // Node keeps a cache per user: one filled by another user than the image's is never read.
+    const users = [...dockerfile.matchAll(/^USER (.+)$/gm)]
+    assert.lengthOf(users, 1)
+    assert.isBelow(users[0]!.index, fill!.index, "the cache is filled after USER")
     const cache = mkdtempSync(join(tmpdir(), "crm-sync-compile-cache-"))
-    try {
-      const result = spawnSync(process.execPath, ["--input-type=module", "-e", run![2]!], {
+    const node = (command: string) =>
+      spawnSync("sh", ["-c", command], {
         cwd: root,
-        env: { PATH: process.env.PATH ?? "", NODE_COMPILE_CACHE: cache },
+        // `node` is the Node 24 running this test, as on the image.
+        env: { PATH: `${dirname(process.execPath)}:${process.env.PATH ?? ""}`, NODE_COMPILE_CACHE: cache },
         encoding: "utf8",
         timeout: 60_000
       })
-      assert.strictEqual(result.status, 0, result.stderr)
-      const entries = readdirSync(cache, { recursive: true }).length
-      assert.isAbove(entries, 100, "compiled modules written")
+    const entries = () => readdirSync(cache, { recursive: true }).length
+    try {
+      const filled = node(fill![1]!)
+      assert.strictEqual(filled.status, 0, filled.stderr)
+      const compiled = entries()
+      assert.isAbove(compiled, 100, "compiled modules written")
+      // The image's entry point, as it starts: every module it loads is read from the cache
+      // (type stripping included; nothing new is written).
+      const started = node(`node --max-semi-space-size=8 bin/crm-sync.js --help`)
+      assert.strictEqual(started.status, 0, started.stderr)
+      assert.strictEqual(entries(), compiled)
     } finally {
       rmSync(cache, { recursive: true, force: true })
     }
@@ -113,7 +127,7 @@ describe("ops", () => {
 
   it("the image and the manifests run commands the CLI has, and probe the daemon's health routes", () => {
     const main = read("src/cli/CommandLine.ts")
-    assert.match(read("ops/Dockerfile"), /ENTRYPOINT \["node", "--max-semi-space-size=32", "src\/main.ts"\]/)
+    assert.match(read("ops/Dockerfile"), /ENTRYPOINT \["node", "--max-semi-space-size=8", "bin\/crm-sync.js"\]/)
     const manifests = read("ops/kubernetes/crm-sync.yaml")
     for (const [, command] of manifests.matchAll(/args: \["([a-z]+)"\]/g)) {
       assert.match(main, new RegExp(`Command\\.make\\(\\s*"${command}"`), `crm-sync ${command} exists`)
@@ -191,10 +205,12 @@ describe("ops", () => {
       .replace('args: ["reconcile"]', 'args: ["reconciliate"]')
       .replace("name: CRM_SYNC_LOG_LEVEL,", "name: LOGLEVEL,")
       .replace("httpGet: { path: /readyz, port: admin }", "httpGet: { path: /readyz, port: status }")
+      .replace('"--max-semi-space-size=32", "bin/crm-sync.js"', '"--max-semi-space-size=8", "bin/crm-sync.js"')
     assert.deepStrictEqual(kubernetesProblems(broken, known), [
       "Deployment/crm-sync container crm-sync: sets LOGLEVEL, which crm-sync does not read",
       "Deployment/crm-sync container crm-sync: readinessProbe on unknown port status",
-      'CronJob/crm-sync-reconcile container reconcile: runs "reconciliate", not a crm-sync command'
+      'CronJob/crm-sync-reconcile container reconcile: runs "reconciliate", not a crm-sync command',
+      'Job/crm-sync-backfill container backfill: command ["node","--max-semi-space-size=8","bin/crm-sync.js"], expected ["node","--max-semi-space-size=32","bin/crm-sync.js"]'
     ])
     const brokenCompose = read("ops/compose.yaml").replace('CRM_SYNC_ADMIN_PORT: "9090"', 'CRM_SYNC_ADMIN_PORT: "9191"')
     assert.deepStrictEqual(composeProblems(brokenCompose, known), [
@@ -202,16 +218,21 @@ describe("ops", () => {
     ])
   })
 
-  it("every launcher starts Node with crm-sync's V8 flags", () => {
-    const flag = "--max-semi-space-size=32"
+  it("every launcher starts Node through bin/crm-sync.js with the V8 flags its command needs", () => {
+    assert.deepStrictEqual(v8FlagsFor(["run"]), ["--max-semi-space-size=8"])
+    assert.deepStrictEqual(v8FlagsFor(["backfill", "--resource", "businesses"]), ["--max-semi-space-size=32"])
     const scripts = JSON.parse(read("package.json")).scripts as Record<string, string>
-    assert.include(scripts.start, `node ${flag} src/main.ts`)
-    assert.include(scripts["crm-sync"], `node ${flag} src/main.ts`)
-    assert.include(read("bin/crm-sync.js"), `["${flag}"]`)
-    assert.include(read("ops/Dockerfile"), `"${flag}"`)
+    assert.strictEqual(scripts.start, `node ${v8FlagsFor(["demo"]).join(" ")} bin/crm-sync.js demo`)
+    // Any command: bin/crm-sync.js starts Node again with that command's flags.
+    assert.strictEqual(scripts["crm-sync"], "node bin/crm-sync.js")
+    assert.match(read("ops/Dockerfile"), /^CMD \["run"\]$/m)
+    assert.include(
+      read("ops/Dockerfile"),
+      `ENTRYPOINT ["node", "${v8FlagsFor(["run"]).join('", "')}", "bin/crm-sync.js"]`
+    )
     assert.include(
       read("test/bench/crawl.ts"),
-      `execArgv: ["${flag}", ...(process.env.BENCH_MEASURE_ARGS`,
+      `execArgv: [...v8FlagsFor(["backfill"]), ...(process.env.BENCH_MEASURE_ARGS`,
       "the benchmark measures the process as launched"
     )
   })
