@@ -184,8 +184,6 @@ const newState = (seed: number, world: World): AuthState => {
   return state
 }
 
-export const connectionKey = (key: ConnectionKey) => `${key.clientId}|${key.userId}|${key.company}`
-
 const findCompany = (world: World, companyId: string) => {
   const ordinal = companyOrdinal(world, companyId)
   return ordinal === undefined ? Effect.fail(notFound(`company ${companyId} not found`)) : Effect.succeed(ordinal)

@@ -131,16 +131,27 @@ const summarize = (byStatus: Record<string, number>) =>
         .map(([status, n]) => `${status} ${n}`)
         .join(", ")
 
-/** The human-readable form printed by `crm-sync status`. */
 /** "3 min ago" from the report's time; "-" for never. */
 const ago = (now: string, at: string | null) =>
   at === null ? "-" : `${formatDuration(Math.max(0, Date.parse(now) - Date.parse(at)))} ago`
 
+/**
+ * With no connection in this config, the connections whose jobs the warehouse has run: another
+ * process (`crm-sync demo`, a daemon with another config) syncs into this database.
+ */
+const unconfiguredLine = (report: StatusReport) => {
+  const seen = [...new Set(report.last_jobs.flatMap((job) => (job.connection === null ? [] : [job.connection])))]
+  return seen.length === 0
+    ? "connections none configured"
+    : `connections none in this config; the warehouse has jobs of ${seen.toSorted().join(", ")}, configured where they run`
+}
+
+/** The human-readable form printed by `crm-sync status`. */
 export const renderStatus = (report: StatusReport): string => {
   const lines: Array<string> = []
   lines.push(`config      ${report.config.origin}`)
   lines.push(`database    ${report.database.kind}: ${report.database.location}`)
-  if (report.config.connections.length === 0) lines.push("connections none configured")
+  if (report.config.connections.length === 0) lines.push(unconfiguredLine(report))
   for (const connection of report.config.connections) {
     const reauth = report.connections_needing_reauthorization.includes(connection.name)
       ? "  NEEDS RE-AUTHORIZATION"

@@ -1,0 +1,37 @@
+/** `crm-sync status` as text: what a user reads when the config names no connection. */
+import { assert, describe, it } from "@effect/vitest"
+import { renderStatus, type StatusReport } from "../../src/observability/StatusReport.ts"
+
+const report = (jobs: StatusReport["last_jobs"]): StatusReport => ({
+  generated_at: "2026-11-26T03:00:00.000Z",
+  config: { origin: "defaults", connections: [], webhook_endpoints: [] },
+  database: { kind: "embedded", location: ".crm-sync/data" },
+  resources: {},
+  buckets: [],
+  inbox: {},
+  outbox: {},
+  connections_needing_reauthorization: [],
+  last_jobs: jobs,
+  plan: []
+})
+
+const job = (connection: string | null) => ({
+  job: "poll:businesses",
+  connection,
+  status: "succeeded",
+  finished_at: "2026-11-26T02:59:00.000Z"
+})
+
+describe("renderStatus", () => {
+  it("says no connection is configured when the warehouse has none either", () => {
+    assert.include(renderStatus(report([job(null)])), "connections none configured\n")
+  })
+
+  it("names the connections another process syncs into this warehouse (the demo's, from another shell)", () => {
+    const text = renderStatus(report([job("sandbox"), job("firm"), job("sandbox"), job(null)]))
+    assert.include(
+      text,
+      "connections none in this config; the warehouse has jobs of firm, sandbox, configured where they run\n"
+    )
+  })
+})
