@@ -1,6 +1,7 @@
 /**
  * Permit granting: what RateBudget decides on a request's locked bucket rows beyond the windows'
- * own arithmetic (`Windows.decide`) — permits spaced near a ceiling, even shares of a bucket
+ * own arithmetic (`Windows.decide`) — permits spaced near a ceiling, paced across the window while
+ * a learned ceiling holds, even shares of a bucket
  * several connections draw on, bulk permits taken a few at a time — and what this process holds
  * between transactions: permits taken ahead and the 429 blocks it has seen (`LocalPermits`). No
  * I/O: times come in as arguments, the database's for the rows and this process's for its own.
@@ -113,6 +114,48 @@ const spacedWait = (rows: ReadonlyArray<LockedRow>, states: ReadonlyArray<Window
   } satisfies Decision
 }
 
+/**
+ * While a learned ceiling holds (a 429 below the limit showed that others draw on the bucket),
+ * permits are paced evenly across the window's usable part instead of granted as fast as asked:
+ * the k-th permit of a window not before k / ceiling of it has passed. Taking the ceiling early
+ * would take requests the others make later in the window, and they would meet the 429s: with a
+ * co-tenant that spends evenly, crm-sync took 113–145% of what it left (budget benchmark,
+ * `--spread even`). Paced, crm-sync meets the limit only when the two together reach it, and a
+ * 429 then teaches a ceiling closer to what the others leave.
+ */
+const pacedUntil = (row: LockedRow, state: WindowState, taken: number, now: number, policy: Policy) => {
+  if (row.learned_base === null || state.limit <= 0) return undefined
+  const live = state.windowStart !== null && now < state.windowStart + state.windowMs
+  const start = live ? state.windowStart! : now
+  // The window's first permit is due at its start, the k-th when (k - 1) / ceiling of it has passed.
+  const due = (live ? state.used : 0) + taken - 1
+  if (due <= 0) return undefined
+  const span = state.windowMs - effectiveMargin(state.windowMs, policy)
+  const until = start + Math.ceil((due * span) / state.limit)
+  return until > now ? until : undefined
+}
+
+/** The wait for the rows whose permits are paced (`pacedUntil`), if any. */
+const pacedWait = (
+  rows: ReadonlyArray<LockedRow>,
+  states: ReadonlyArray<WindowState>,
+  taken: number,
+  now: number,
+  policy: Policy
+) => {
+  const paced = rows.flatMap((row, index) => {
+    const until = pacedUntil(row, states[index]!, taken, now, policy)
+    return until === undefined ? [] : [{ bucket: row.bucket, until }]
+  })
+  if (paced.length === 0) return undefined
+  return {
+    kind: "wait",
+    until: Math.max(...paced.map((wait) => wait.until)),
+    bucket: paced[0]!.bucket,
+    reason: "full"
+  } satisfies Decision
+}
+
 /** A shared bucket (ip, company) answers to the connection's token bucket: the wait for its fair share, if any. */
 const unfairWait = (rows: ReadonlyArray<LockedRow>, states: ReadonlyArray<WindowState>, taken: number, now: number) => {
   const consumer = consumerOf(rows)
@@ -155,11 +198,13 @@ export const grantOrWait = (
   // that differs by a fraction would look like a new window (its shares and ceiling reset).
   const now = Math.round(Math.max(...rows.map((row) => row.now_ms)))
   const room = Math.min(...states.map((state) => grantable(state, now, priority, policy)))
-  const near = rows.some((row, index) => nearCeiling(row, states[index]!, now))
+  // Neither near a ceiling nor paced (a learned ceiling holds) are permits taken ahead.
+  const near = rows.some((row, index) => row.learned_base !== null || nearCeiling(row, states[index]!, now))
   const taken = ahead && !near ? Math.max(permits, Math.min(room, bulkAhead(room))) : permits
   const decided = decide(states, now, taken, priority, policy)
   if (decided.kind !== "grant" || priority === "interactive") return { decision: decided, now, taken }
-  return { decision: spacedWait(rows, states, now) ?? unfairWait(rows, states, taken, now) ?? decided, now, taken }
+  const waits = spacedWait(rows, states, now) ?? pacedWait(rows, states, taken, now, policy)
+  return { decision: waits ?? unfairWait(rows, states, taken, now) ?? decided, now, taken }
 }
 
 /** Waking a little after the computed moment spreads processes that were waiting for the same one. */

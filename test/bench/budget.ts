@@ -15,9 +15,10 @@
  * written into docs/client-and-budget.md between the bench markers. Requires nothing but this
  * repository: PostgreSQL is embedded, in a temporary folder.
  *
- * Three scenarios: crm-sync alone on its grant; a co-tenant (the firm's other integrations) that
- * spends 40% of the user bucket as each window opens, so crm-sync must learn what is left; and the
- * same co-tenant leaving half-way through, so crm-sync must win its share back.
+ * Four scenarios: crm-sync alone on its grant; a co-tenant (the firm's other integrations) that
+ * spends 40% of the user bucket as each window opens, so crm-sync must learn what is left; the
+ * same co-tenant leaving half-way through, so crm-sync must win its share back; and a co-tenant
+ * that spends its 40% evenly through each window, whose requests crm-sync must not take early.
  */
 import { CrmHttpClient } from "../../src/cli/ApiStack.ts"
 import { PgClient } from "@effect/sql-pg"
@@ -93,7 +94,7 @@ interface ServerWindow {
   readonly limited: number
 }
 
-type Scenario = "alone" | "cotenant" | "departs"
+type Scenario = "alone" | "cotenant" | "departs" | "even"
 /** The co-tenant's share of the strictest bucket, spent as each window opens. */
 const COTENANT = 200
 
@@ -146,7 +147,8 @@ const main = (scenario: Scenario) =>
     })
 
     const userBucket = `user:${sandbox.credentials.oauthClientId}:${sandbox.credentials.userId}`
-    if (scenario !== "alone") yield* sandbox.admin.setCotenant(userBucket, COTENANT, "start")
+    if (scenario !== "alone")
+      yield* sandbox.admin.setCotenant(userBucket, COTENANT, scenario === "even" ? "even" : "start")
 
     const scopes = yield* Effect.forEach(Array.from({ length: STACKS }), () => Scope.make())
     const contexts = yield* Effect.forEach(scopes, (scope) => Layer.buildWithScope(stack(config, url), scope))
@@ -226,7 +228,7 @@ const aloneReport = (figures: Figures) => {
 }
 
 /** The co-tenant scenarios: what crm-sync used of what the co-tenant left, and its 429s, window by window. */
-const cotenantReport = (cotenant: Figures, departs: Figures) => {
+const cotenantReport = (cotenant: Figures, departs: Figures, even: Figures) => {
   const left = (figures: Figures, window: ServerWindow) =>
     figures.departedAt !== undefined && window.startedAt >= figures.departedAt
       ? STRICTEST_LIMIT
@@ -258,6 +260,12 @@ const cotenantReport = (cotenant: Figures, departs: Figures) => {
     "|---|---|---|---|",
     ...rows(departs),
     "",
+    `A co-tenant that spends its ${COTENANT} evenly through each window (spread \`even\`; the sandbox charges it whatever crm-sync took, so a use over 100% is what the co-tenant's own requests would have met as 429s):`,
+    "",
+    "| server window | crm-sync's requests of what is left | use | 429 |",
+    "|---|---|---|---|",
+    ...rows(even),
+    "",
     "| measure | figure | target | |",
     "|---|---|---|---|",
     `| windows with 429s (co-tenant throughout) | ${bursts.length}${bursts.length > 0 ? ` (window${bursts.length > 1 ? "s" : ""} ${bursts.map((w) => cotenant.full.indexOf(w) + 1).join(", ")}: ${bursts.map((w) => w.limited).join(", ")} answers)` : ""} | one burst, in the first | ${met(bursts.length <= 1 && (bursts.length === 0 || cotenant.full.indexOf(bursts[0]!) === 0))} |`,
@@ -275,7 +283,8 @@ Effect.runPromise(
     if (process.argv.includes("--no-cotenant")) return
     const cotenant = yield* Effect.scoped(main("cotenant"))
     const departs = yield* Effect.scoped(main("departs"))
-    const shared = cotenantReport(cotenant, departs)
+    const even = yield* Effect.scoped(main("even"))
+    const shared = cotenantReport(cotenant, departs, even)
     console.log(`\n${shared}\n`)
     yield* Effect.promise(() => recordFigures("budget-cotenant", shared, ["docs/client-and-budget.md"]))
   })

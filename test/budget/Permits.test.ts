@@ -49,6 +49,28 @@ describe("grantOrWait", () => {
     assert.strictEqual(grantOrWait([rowOf(state)], [state], 1, "bulk", policy, false).taken, 1)
   })
 
+  it("while a learned ceiling holds, paces permits evenly across the window and takes none ahead", () => {
+    // Ceiling 100 (learned), a window of 100 s begun 20 s ago: the k-th permit is due when
+    // (k - 1)/100 of it has passed, so the 21st is due now.
+    const state = bucket({ limit: 100, windowStart: NOW - 20_000, used: 20 })
+    const learned = rowOf(state, { learned_base: 90 })
+    const onPace = grantOrWait([learned], [state], 1, "bulk", policy, true)
+    assert.strictEqual(onPace.decision.kind, "grant")
+    assert.strictEqual(onPace.taken, 1)
+    const ahead = { ...state, used: 21 }
+    // The 22nd permit is due when 21/100 of the window has passed.
+    assert.deepStrictEqual(grantOrWait([learned], [ahead], 1, "bulk", policy, true).decision, {
+      kind: "wait",
+      until: NOW - 20_000 + 21_000,
+      bucket: "token:a",
+      reason: "full"
+    })
+    // Without a learned ceiling (crm-sync alone on the bucket) the same request is granted at once,
+    // and users' own writes are never paced.
+    assert.strictEqual(grantOrWait([rowOf(ahead)], [ahead], 1, "bulk", policy, true).decision.kind, "grant")
+    assert.strictEqual(grantOrWait([learned], [ahead], 1, "interactive", policy, false).decision.kind, "grant")
+  })
+
   it("near a ceiling takes no permits ahead, and spaces grants by the row's last one", () => {
     const state = bucket({ windowStart: NOW - 1_000, used: 950 })
     const recent = grantOrWait([rowOf(state, { updated_ms: NOW - 100 })], [state], 1, "bulk", policy, true)
