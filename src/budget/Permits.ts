@@ -100,34 +100,42 @@ const BULK_HOLD_MS = 1_000
 /** The connection a request's shared buckets (ip, company) answer to: its token bucket. */
 export const consumerOf = (rows: ReadonlyArray<LockedRow>) => rows.find((row) => row.scope === "token")?.bucket
 
+/** The longest of some buckets' waits as a decision (naming the first), or undefined if none. */
+const longestWait = (waits: ReadonlyArray<{ bucket: string; until: number }>, reason: WaitReason) =>
+  waits.length === 0
+    ? undefined
+    : ({
+        kind: "wait",
+        until: Math.max(...waits.map((wait) => wait.until)),
+        bucket: waits[0]!.bucket,
+        reason
+      } satisfies Decision)
+
 /** Near a ceiling, one permit per NEAR_SPACING_MS: the wait for the rows spaced, if any. */
-const spacedWait = (rows: ReadonlyArray<LockedRow>, states: ReadonlyArray<WindowState>, now: number) => {
-  const spaced = rows.filter(
-    (row, index) => nearCeiling(row, states[index]!, now) && now - row.updated_ms < spacingFor(states[index]!.windowMs)
+const spacedWait = (rows: ReadonlyArray<LockedRow>, states: ReadonlyArray<WindowState>, now: number) =>
+  longestWait(
+    rows
+      .filter(
+        (row, index) =>
+          nearCeiling(row, states[index]!, now) && now - row.updated_ms < spacingFor(states[index]!.windowMs)
+      )
+      .map((row) => ({ bucket: row.bucket, until: row.updated_ms + spacingFor(row.window_ms) })),
+    "full"
   )
-  if (spaced.length === 0) return undefined
-  return {
-    kind: "wait",
-    until: Math.max(...spaced.map((row) => row.updated_ms + spacingFor(row.window_ms))),
-    bucket: spaced[0]!.bucket,
-    reason: "full"
-  } satisfies Decision
-}
 
 /**
  * While a learned ceiling holds (a 429 below the limit showed that others draw on the bucket),
  * permits are paced evenly across the window's usable part instead of granted as fast as asked:
- * the k-th permit of a window not before k / ceiling of it has passed. Taking the ceiling early
- * would take requests the others make later in the window, and they would meet the 429s: with a
- * co-tenant that spends evenly, crm-sync took 113–145% of what it left (budget benchmark,
- * `--spread even`). Paced, crm-sync meets the limit only when the two together reach it, and a
- * 429 then teaches a ceiling closer to what the others leave.
+ * the k-th permit of a window not before (k - 1) / ceiling of it has passed. Taking the ceiling
+ * early would take requests the others make later in the window, and they would meet the 429s:
+ * with a co-tenant that spends evenly, crm-sync took 113–145% of what it left (the budget
+ * benchmark's fourth run). Paced, crm-sync meets the limit only when the two together reach it,
+ * and a 429 then teaches a ceiling closer to what the others leave.
  */
 const pacedUntil = (row: LockedRow, state: WindowState, taken: number, now: number, policy: Policy) => {
   if (row.learned_base === null || state.limit <= 0) return undefined
   const live = state.windowStart !== null && now < state.windowStart + state.windowMs
   const start = live ? state.windowStart! : now
-  // The window's first permit is due at its start, the k-th when (k - 1) / ceiling of it has passed.
   const due = (live ? state.used : 0) + taken - 1
   if (due <= 0) return undefined
   const span = state.windowMs - effectiveMargin(state.windowMs, policy)
@@ -147,13 +155,7 @@ const pacedWait = (
     const until = pacedUntil(row, states[index]!, taken, now, policy)
     return until === undefined ? [] : [{ bucket: row.bucket, until }]
   })
-  if (paced.length === 0) return undefined
-  return {
-    kind: "wait",
-    until: Math.max(...paced.map((wait) => wait.until)),
-    bucket: paced[0]!.bucket,
-    reason: "full"
-  } satisfies Decision
+  return longestWait(paced, "full")
 }
 
 /** A shared bucket (ip, company) answers to the connection's token bucket: the wait for its fair share, if any. */
@@ -165,13 +167,7 @@ const unfairWait = (rows: ReadonlyArray<LockedRow>, states: ReadonlyArray<Window
     const until = fairShareWait(row, states[index]!, consumer, taken, now)
     return until === undefined ? [] : [{ bucket: row.bucket, until }]
   })
-  if (unfair.length === 0) return undefined
-  return {
-    kind: "wait",
-    until: Math.max(...unfair.map((wait) => wait.until)),
-    bucket: unfair[0]!.bucket,
-    reason: "reserve"
-  } satisfies Decision
+  return longestWait(unfair, "reserve")
 }
 
 /** The decision of one attempt, at the database's time, and how many permits it takes if granted. */
