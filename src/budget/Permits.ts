@@ -123,6 +123,9 @@ const spacedWait = (rows: ReadonlyArray<LockedRow>, states: ReadonlyArray<Window
     "full"
   )
 
+/** Whether a bucket's permits are paced: while its learned ceiling holds, or always (`budget.pacing`). */
+const isPaced = (row: LockedRow, policy: Policy) => policy.pacing === "always" || row.learned_base !== null
+
 /**
  * While a learned ceiling holds (a 429 below the limit showed that others draw on the bucket),
  * permits are paced evenly across the window's usable part instead of granted as fast as asked:
@@ -130,10 +133,12 @@ const spacedWait = (rows: ReadonlyArray<LockedRow>, states: ReadonlyArray<Window
  * early would take requests the others make later in the window, and they would meet the 429s:
  * with a co-tenant that spends evenly, crm-sync took 113–145% of what it left (the budget
  * benchmark's fourth run). Paced, crm-sync meets the limit only when the two together reach it,
- * and a 429 then teaches a ceiling closer to what the others leave.
+ * and a 429 then teaches a ceiling closer to what the others leave. With `budget.pacing: always`,
+ * the configured limit is paced too: a co-tenant that spends late in the window is then met (a 429
+ * to learn from) instead of left to meet the limit crm-sync reached first.
  */
 const pacedUntil = (row: LockedRow, state: WindowState, taken: number, now: number, policy: Policy) => {
-  if (row.learned_base === null || state.limit <= 0) return undefined
+  if (!isPaced(row, policy) || state.limit <= 0) return undefined
   const live = state.windowStart !== null && now < state.windowStart + state.windowMs
   const start = live ? state.windowStart! : now
   const due = (live ? state.used : 0) + taken - 1
@@ -194,8 +199,8 @@ export const grantOrWait = (
   // that differs by a fraction would look like a new window (its shares and ceiling reset).
   const now = Math.round(Math.max(...rows.map((row) => row.now_ms)))
   const room = Math.min(...states.map((state) => grantable(state, now, priority, policy)))
-  // Neither near a ceiling nor paced (a learned ceiling holds) are permits taken ahead.
-  const near = rows.some((row, index) => row.learned_base !== null || nearCeiling(row, states[index]!, now))
+  // Neither near a ceiling nor paced are permits taken ahead.
+  const near = rows.some((row, index) => isPaced(row, policy) || nearCeiling(row, states[index]!, now))
   const taken = ahead && !near ? Math.max(permits, Math.min(room, bulkAhead(room))) : permits
   const decided = decide(states, now, taken, priority, policy)
   if (decided.kind !== "grant" || priority === "interactive") return { decision: decided, now, taken }

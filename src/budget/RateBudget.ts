@@ -203,7 +203,8 @@ export class RateBudget extends Context.Service<
         {
           reserveInteractive: config.budget.reserve_interactive,
           reserveIncremental: config.budget.reserve_incremental,
-          marginMs: Duration.toMillis(config.budget.safety_margin)
+          marginMs: Duration.toMillis(config.budget.safety_margin),
+          pacing: config.budget.pacing
         },
         {
           ttlMs: Duration.toMillis(config.budget.learned_ceiling_ttl),

@@ -33,6 +33,8 @@ export interface Policy {
   /** Share of each window that bulk work may not take, on top of `reserveInteractive` (0..1). */
   readonly reserveIncremental: number
   readonly marginMs: number
+  /** Permits paced across the window only while a learned ceiling holds, or always. */
+  readonly pacing: "learned" | "always"
 }
 
 export type WaitReason = "blocked" | "closing" | "full" | "reserve"

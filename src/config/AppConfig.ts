@@ -216,6 +216,12 @@ const Budget = Schema.Struct({
   learned_ceiling_ttl: withDefault(DurationBetween("1 minute", "7 days", "6 hours"), "6 hours"),
   /** How much of the configured limit a learned ceiling rises after each clean window. */
   probe_step: withDefault(Share, 0.2),
+  /**
+   * When permits are paced evenly across the window: only while a learned ceiling holds
+   * (`learned`), or always (`always`: a co-tenant that spends late in the window is then met, and
+   * learned from, instead of left the 429s).
+   */
+  pacing: withDefault(Schema.Literals(["learned", "always"]), "learned"),
   /** Requests are not started this close to a window's end (clock skew with the CRM). */
   safety_margin: withDefault(DurationBetween("0 millis", "1 minute", "2 seconds"), "2 seconds")
 })

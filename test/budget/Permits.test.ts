@@ -7,7 +7,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { bulkAhead, grantOrWait, LocalPermits, type LockedRow, reservoirKey } from "../../src/budget/Permits.ts"
 import type { Policy, WindowState } from "../../src/budget/Windows.ts"
 
-const policy: Policy = { reserveInteractive: 0, reserveIncremental: 0, marginMs: 0 }
+const policy: Policy = { reserveInteractive: 0, reserveIncremental: 0, marginMs: 0, pacing: "learned" }
 const NOW = 100_000
 
 const bucket = (overrides: Partial<WindowState> = {}): WindowState => ({
@@ -69,6 +69,21 @@ describe("grantOrWait", () => {
     // and users' own writes are never paced.
     assert.strictEqual(grantOrWait([rowOf(ahead)], [ahead], 1, "bulk", policy, true).decision.kind, "grant")
     assert.strictEqual(grantOrWait([learned], [ahead], 1, "interactive", policy, false).decision.kind, "grant")
+  })
+
+  it("with pacing `always`, paces the configured limit too", () => {
+    const always: Policy = { ...policy, pacing: "always" }
+    const state = bucket({ limit: 100, windowStart: NOW - 20_000, used: 21 })
+    assert.deepStrictEqual(grantOrWait([rowOf(state)], [state], 1, "bulk", always, true).decision, {
+      kind: "wait",
+      until: NOW - 20_000 + 21_000,
+      bucket: "token:a",
+      reason: "full"
+    })
+    // On pace, granted, and none taken ahead.
+    const onPace = grantOrWait([rowOf(state)], [{ ...state, used: 20 }], 1, "bulk", always, true)
+    assert.strictEqual(onPace.decision.kind, "grant")
+    assert.strictEqual(onPace.taken, 1)
   })
 
   it("near a ceiling takes no permits ahead, and spaces grants by the row's last one", () => {

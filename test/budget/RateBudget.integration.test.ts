@@ -10,7 +10,7 @@ import { type BucketSpec, type Policy, RateBudget } from "../../src/budget/RateB
 import { minimumRetryAfter, maximumRetryAfter } from "../../src/budget/RetryAfter.ts"
 import { SqlClient, TestDatabase } from "../support/TestDatabase.ts"
 
-const policy: Policy = { reserveInteractive: 0.1, reserveIncremental: 0.1, marginMs: 50 }
+const policy: Policy = { reserveInteractive: 0.1, reserveIncremental: 0.1, marginMs: 50, pacing: "learned" }
 
 const bucketsOf = (name: string, limits: { token: number; company: number; ip: number }, windowMs = 3_600_000) =>
   [

@@ -6,7 +6,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { decide, earliest, grantable, type Policy, timeUntil, type WindowState } from "../../src/budget/Windows.ts"
 
-const policy: Policy = { reserveInteractive: 0.1, reserveIncremental: 0.1, marginMs: 100 }
+const policy: Policy = { reserveInteractive: 0.1, reserveIncremental: 0.1, marginMs: 100, pacing: "learned" }
 const bucket = (overrides: Partial<WindowState> = {}): WindowState => ({
   key: "token:a",
   scope: "token",
