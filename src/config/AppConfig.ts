@@ -230,7 +230,12 @@ const Sync = Schema.Struct({
   /** A crawl that would delete more than this share of a resource at once deletes nothing. */
   deletion_threshold: withDefault(Share, 0.1),
   /** How far behind the cursor a poll starts again (equal timestamps, clock skew, late commits). */
-  poll_lookback: withDefault(DurationBetween("0 millis", "1 day", "5 minutes"), "5 minutes")
+  poll_lookback: withDefault(DurationBetween("0 millis", "1 day", "5 minutes"), "5 minutes"),
+  /**
+   * How long the history of job runs (`crm_sync.job_runs`) is kept: every `schedules.prune`, runs
+   * that finished longer ago go, except each job's latest run and latest success and backfills'.
+   */
+  history_retention: withDefault(DurationBetween("1 day", "3650 days", "90 days"), "90 days")
 })
 
 const Outbound = Schema.Struct({

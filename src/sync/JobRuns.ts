@@ -3,7 +3,9 @@
  * reference refresh or backfill, opened as `running` when the run starts and closed as
  * `succeeded`, `failed` or `interrupted` however it ends (the close runs as a finalizer, so a
  * SIGTERM still records it). `status` shows the latest runs; the scheduler reads the last finish
- * of a job to decide when it is next due, so a restarted daemon does not crawl again at once.
+ * of a job to decide when it is next due, so a restarted daemon does not crawl again at once. Runs
+ * older than `sync.history_retention` are pruned (`prune`), so a 5-minute poll does not add a
+ * hundred thousand rows a year for good.
  */
 import * as Cause from "effect/Cause"
 import * as Context from "effect/Context"
@@ -153,6 +155,39 @@ const lastStarted = (sql: SqlClient) =>
     return rows[0]?.at ?? null
   })
 
+/** Rows deleted by one statement of `prune`: a large backlog never holds one long delete. */
+const PRUNE_SLICE = 5000
+
+// The latest run of each job (status, the lag metrics) and its latest success (when it is next
+// due) stay, however old; so do backfills' runs, which tell a resumed backfill what it finished.
+const pruneSlice = (sql: SqlClient, retentionMs: number) =>
+  sql<{ n: number }>`
+    WITH gone AS (
+      DELETE FROM crm_sync.job_runs WHERE id IN (
+        SELECT r.id FROM crm_sync.job_runs r
+        WHERE r.status <> 'running' AND r.job NOT LIKE 'backfill%'
+          AND r.finished_at < now() - ${retentionMs}::float8 * interval '1 millisecond'
+          AND r.id < (SELECT max(l.id) FROM crm_sync.job_runs l
+                      WHERE l.job = r.job AND l.connection IS NOT DISTINCT FROM r.connection)
+          AND r.id <> COALESCE((SELECT max(s.id) FROM crm_sync.job_runs s
+                                WHERE s.job = r.job AND s.connection IS NOT DISTINCT FROM r.connection
+                                  AND s.status = 'succeeded'), 0)
+        LIMIT ${PRUNE_SLICE}
+      )
+      RETURNING 1
+    )
+    SELECT count(*)::int AS n FROM gone`.pipe(Effect.map((rows) => rows[0]?.n ?? 0))
+
+const prune = (sql: SqlClient) =>
+  Effect.fn("JobRuns.prune")(function* (retention: Duration.Duration) {
+    let total = 0
+    while (true) {
+      const deleted = yield* pruneSlice(sql, Duration.toMillis(retention))
+      total += deleted
+      if (deleted < PRUNE_SLICE) return total
+    }
+  })
+
 export class JobRuns extends Context.Service<
   JobRuns,
   {
@@ -191,6 +226,11 @@ export class JobRuns extends Context.Service<
      * skips.
      */
     readonly backfilledSince: (selection: unknown) => Effect.Effect<ReadonlySet<string>, SqlError | Schema.SchemaError>
+    /**
+     * Deletes the runs that finished longer than `retention` ago, but for each job's (and
+     * connection's) latest run and latest success, and backfills' runs. Returns how many.
+     */
+    readonly prune: (retention: Duration.Duration) => Effect.Effect<number, SqlError>
     /** When a run of `job` for `connection` last started (any outcome), epoch milliseconds, if ever. */
     readonly lastStarted: (job: string, connection: string) => Effect.Effect<number | null, SqlError>
     /** When `job` last finished without failing (succeeded), if ever. */
@@ -210,6 +250,7 @@ export class JobRuns extends Context.Service<
         runningLeases: runningLeases(sql),
         dueIn: dueIn(sql),
         backfilledSince: backfilledSince(sql),
+        prune: prune(sql),
         lastStarted: lastStarted(sql),
         lastSucceeded: lastSucceeded(sql)
       })

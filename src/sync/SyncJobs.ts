@@ -376,11 +376,36 @@ export const OrphanSweepLive = Layer.effectDiscard(
   )
 ).pipe(Layer.provide(SyncServicesLive))
 
-/** All read-sync jobs of the daemon, the subscription check and the orphan sweep. */
+/** One prune of the job history: the runs older than `sync.history_retention` (JobRuns.prune). */
+export const pruneHistory = Effect.gen(function* () {
+  const config = yield* AppConfig
+  const jobRuns = yield* JobRuns
+  const deleted = yield* jobRuns.prune(config.sync.history_retention)
+  if (deleted > 0) yield* Effect.logInfo("sync: job history pruned").pipe(Effect.annotateLogs({ runs: deleted }))
+  return deleted
+})
+
+/** The daemon's prune of the job history, every `schedules.prune` (a failure is tried again then). */
+export const HistoryPruneLive = Layer.effectDiscard(
+  Effect.gen(function* () {
+    const config = yield* AppConfig
+    const once = pruneHistory.pipe(
+      Effect.catchCause((cause) =>
+        Cause.hasInterruptsOnly(cause)
+          ? Effect.failCause(cause)
+          : Effect.logWarning("sync: job history prune failed; trying again at the next", cause)
+      )
+    )
+    yield* Effect.forkScoped(Effect.forever(Effect.andThen(once, Effect.sleep(config.schedules.prune))))
+  })
+).pipe(Layer.provide(SyncServicesLive))
+
+/** All read-sync jobs of the daemon, the subscription check, the orphan sweep and the history prune. */
 export const SyncJobsLive = Layer.mergeAll(
   BusinessPollerLive,
   CrawlSchedulerLive,
   ReferenceSchedulerLive,
   SubscriptionCheckLive,
-  OrphanSweepLive
+  OrphanSweepLive,
+  HistoryPruneLive
 )
