@@ -172,6 +172,8 @@ const pruneSlice = (sql: SqlClient, retentionMs: number) =>
           AND r.id <> COALESCE((SELECT max(s.id) FROM crm_sync.job_runs s
                                 WHERE s.job = r.job AND s.connection IS NOT DISTINCT FROM r.connection
                                   AND s.status = 'succeeded'), 0)
+        -- Oldest first, by the primary key: a slice stops reading once it has its rows.
+        ORDER BY r.id
         LIMIT ${PRUNE_SLICE}
       )
       RETURNING 1
