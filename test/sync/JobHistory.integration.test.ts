@@ -5,9 +5,9 @@
  * backfill skips) and runs still going.
  */
 import { assert, layer } from "@effect/vitest"
-import { Effect } from "effect"
+import { Effect, Exit, Layer, Scope } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
-import { pruneHistory } from "../../src/sync/SyncJobs.ts"
+import { HistoryPruneLive, pruneHistory } from "../../src/sync/SyncJobs.ts"
 import { harness } from "./harness.ts"
 
 /** A run of `job` for connection `a`, `status`, that finished `daysAgo` days ago (never, if null). */
@@ -56,6 +56,19 @@ layer(harness({ config: { sync: { history_retention: "7 days" } } }), { timeout:
           "reference running"
         ])
         assert.strictEqual(yield* pruneHistory, 0, "nothing more to prune")
+      })
+    )
+
+    it.effect("the daemon's prune loop prunes as it starts", () =>
+      Effect.gen(function* () {
+        yield* run("reference 30 days ago", "reference", "succeeded", 30)
+        yield* run("reference 20 days ago", "reference", "succeeded", 20)
+        const scope = yield* Scope.make()
+        yield* Layer.buildWithScope(HistoryPruneLive, scope)
+        while ((yield* labels).includes("reference 30 days ago")) yield* Effect.sleep("25 millis")
+        yield* Scope.close(scope, Exit.void)
+        assert.notInclude(yield* labels, "reference 30 days ago")
+        assert.include(yield* labels, "reference 20 days ago", "the latest success stays")
       })
     )
   }
