@@ -20,6 +20,7 @@ import * as Random from "effect/Random"
 import * as Result from "effect/Result"
 import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
+import { isSqlError } from "effect/sql/SqlError"
 import { randomUUID } from "node:crypto"
 import { AppConfig } from "../config/AppConfig.ts"
 import { CrmClient, type CrmClientShape } from "../crm/CrmClient.ts"
@@ -206,11 +207,16 @@ const recordFailure = Effect.fnUntraced(function* (writer: Writer, row: Outbox.O
 const recordCreated = Effect.fnUntraced(function* (writer: Writer, row: Outbox.OutboxRow, raw: unknown) {
   const operation = operations[row.operation as Operation]
   // The warehouse copy is a courtesy (the next poll or event brings it too): its failure must
-  // not turn a created record into a retried one.
+  // not turn a created record into a retried one, nor into one to review. That includes the
+  // defect effect/sql makes of a rollback whose connection is gone (a database restart).
   yield* writer.warehouse
     .upsert(operation.resource, [raw], { source: "write" })
     .pipe(
-      Effect.catch((error) => Effect.logWarning("outbox: created record not written to the warehouse", error.message))
+      Effect.catchCause((cause) =>
+        Cause.hasInterruptsOnly(cause)
+          ? Effect.failCause(cause)
+          : Effect.logWarning("outbox: created record not written to the warehouse", oneLine(cause, 300))
+      )
     )
   yield* durably(writer, Outbox.succeed(row, { recordId: recordIdOf(raw), response: raw }))
   yield* Effect.logInfo(`outbox ${row.id}: ${row.operation} created ${recordIdOf(raw) ?? "(no id)"}`)
@@ -283,8 +289,33 @@ const processRow = Effect.fnUntraced(function* (writer: Writer, row: Outbox.Outb
 // ---------------------------------------------------------------------------------------------
 
 /**
+ * Whether a cause is the database's: a SqlError, or the defect effect/sql makes of a rollback
+ * whose connection is gone (the database restarted mid-transaction).
+ */
+const isDatabaseCause = (cause: Cause.Cause<unknown>): boolean =>
+  cause.reasons.some(
+    (reason) =>
+      (Cause.isDieReason(reason) && isSqlError(reason.defect)) ||
+      (Cause.isFailReason(reason) && isSqlError(reason.error))
+  )
+
+/**
+ * What becomes of a row whose handling the database cut short: another try, with the same
+ * idempotency key, so a create the CRM already made is answered with its record instead of made
+ * twice (and one older than the key's lifetime goes to review, `processRow`). If the database
+ * cannot take even that, the row's lease lapses and a writer claims it again.
+ */
+const retryAfterDatabase = (writer: Writer, row: Outbox.OutboxRow, cause: Cause.Cause<unknown>) =>
+  Effect.gen(function* () {
+    yield* Effect.logWarning(`outbox ${row.id}: the database failed; the row is tried again`, oneLine(cause, 300))
+    const error = `the database failed: ${oneLine(cause, 300)}`
+    yield* durably(writer, Outbox.reschedule(row, error, yield* backoffMs(row.attempts)))
+  }).pipe(Effect.catchCause(() => Effect.void))
+
+/**
  * One row, its lease renewed while it is worked on (a permit can take long to come), so no other
- * writer claims it meanwhile. Whatever goes wrong ends the row with its reason; none stays in flight.
+ * writer claims it meanwhile. Whatever goes wrong ends the row with its reason, or (the database's
+ * failure) has it tried again; none stays in flight but for the lease.
  */
 const handle = Effect.fnUntraced(function* (writer: Writer, row: Outbox.OutboxRow) {
   const renewEvery = Duration.millis((writer.leaseSeconds * 1000) / 3)
@@ -298,10 +329,12 @@ const handle = Effect.fnUntraced(function* (writer: Writer, row: Outbox.OutboxRo
   )
   yield* processRow(writer, row).pipe(
     Effect.catchCause((cause) =>
-      Effect.gen(function* () {
-        yield* Effect.logError(`outbox ${row.id}: unexpected failure`, cause)
-        yield* settle(writer, row, "needs_review", `unexpected failure: ${oneLine(cause, 300)}`).pipe(Effect.ignore)
-      })
+      isDatabaseCause(cause)
+        ? retryAfterDatabase(writer, row, cause)
+        : Effect.gen(function* () {
+            yield* Effect.logError(`outbox ${row.id}: unexpected failure`, cause)
+            yield* settle(writer, row, "needs_review", `unexpected failure: ${oneLine(cause, 300)}`).pipe(Effect.ignore)
+          })
     ),
     Effect.ensuring(Fiber.interrupt(heartbeat))
   )

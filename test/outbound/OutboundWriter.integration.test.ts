@@ -7,6 +7,7 @@ import { CrmHttpClient } from "../../src/cli/ApiStack.ts"
 import { assert, layer } from "@effect/vitest"
 import { Duration, Effect, Exit, Fiber, Layer, Scope } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
+import { ConnectionError, SqlError } from "effect/sql/SqlError"
 import { RateBudget } from "../../src/budget/RateBudget.ts"
 import { AppConfig } from "../../src/config/AppConfig.ts"
 import { Credentials } from "../../src/crm/Credentials.ts"
@@ -76,6 +77,10 @@ const read = (id: string) =>
   })
 
 const drain = Effect.flatMap(OutboundWriter.make, (writer) => writer.drain)
+
+/** What effect/sql dies with when a transaction's rollback finds its connection gone. */
+const gone = () =>
+  new SqlError({ reason: new ConnectionError({ cause: new Error("Connection closed"), message: "Connection closed" }) })
 
 /** Drains until the row has a final status (a retryable outcome reschedules it a second or two later). */
 const drainUntilSettled = (id: string) =>
@@ -192,6 +197,53 @@ layer(Stack, { timeout: 60_000, excludeTestServices: true })("OutboundWriter", (
       assert.strictEqual(row.status, "needs_review")
       assert.include(row.error, "a retry would run again")
       assert.lengthOf(yield* prospectsPosted(since), 1, "sent once, though its lease ran out meanwhile")
+      assert.strictEqual((yield* sandbox.admin.records("prospects")).length, before + 1)
+    })
+  )
+
+  // Seed 20261125 of the chaos suite, once: the database restarted while the writer stored a
+  // created prospect in the warehouse, and the row ended needs_review ("unexpected failure:
+  // PgConnection: Connection closed") though the CRM had created it. effect/sql makes a rollback
+  // whose connection is gone a defect, not a failure; both tests below die the same way.
+  it.effect("the database gone during the created record's warehouse copy: succeeded all the same", () =>
+    Effect.gen(function* () {
+      const sandbox = yield* Sandbox
+      const book = yield* bookId
+      const since = yield* sandbox.admin.lastRequestSeq
+      const id = yield* insert("prospect.create", { book_id: book, first_name: "Mary", last_name: "Jackson" })
+      const real = yield* Warehouse
+      yield* drain.pipe(Effect.provideService(Warehouse, Warehouse.of({ ...real, upsert: () => Effect.die(gone()) })))
+      const row = yield* read(id)
+      assert.strictEqual(row.status, "succeeded", row.error ?? "")
+      assert.isNotNull(row.record_id)
+      assert.lengthOf(yield* prospectsPosted(since), 1)
+    })
+  )
+
+  it.effect("the database gone while a row waits for its permit: tried again with its key, not needs_review", () =>
+    Effect.gen(function* () {
+      const sandbox = yield* Sandbox
+      const book = yield* bookId
+      const before = (yield* sandbox.admin.records("prospects")).length
+      const since = yield* sandbox.admin.lastRequestSeq
+      const id = yield* insert("prospect.create", { book_id: book, first_name: "Dorothy", last_name: "Vaughan" })
+      const real = yield* RateBudget
+      let failures = 1
+      const flaky = RateBudget.of({
+        ...real,
+        acquire: (...args) => (failures-- > 0 ? Effect.die(gone()) : real.acquire(...args))
+      })
+      yield* drain.pipe(Effect.provideService(RateBudget, flaky))
+      const retried = yield* read(id)
+      assert.strictEqual(retried.status, "pending", retried.error ?? "")
+      assert.include(retried.error, "the database failed")
+      const row = yield* drainUntilSettled(id)
+      assert.strictEqual(row.status, "succeeded")
+      const posts = yield* prospectsPosted(since)
+      assert.deepStrictEqual(
+        posts.map((post) => post.idempotency_key),
+        [row.idempotency_key]
+      )
       assert.strictEqual((yield* sandbox.admin.records("prospects")).length, before + 1)
     })
   )
