@@ -58,19 +58,6 @@ export interface BucketStatus {
   readonly learnedLimit: number | undefined
 }
 
-/** The JSON shape of a bucket's status (snake_case, as `status --json` prints it). */
-export const bucketStatusJson = (status: BucketStatus) => ({
-  bucket: status.bucket,
-  scope: status.scope,
-  limit: status.limit,
-  used: status.used,
-  window_seconds: Duration.toSeconds(status.window),
-  window_start: status.windowStart === undefined ? null : DateTime.formatIso(status.windowStart),
-  resets_at: status.resetsAt === undefined ? null : DateTime.formatIso(status.resetsAt),
-  blocked_until: status.blockedUntil === undefined ? null : DateTime.formatIso(status.blockedUntil),
-  learned_limit: status.learnedLimit ?? null
-})
-
 /** The answer of `tryAcquire`. */
 export type TryAcquire =
   | { readonly granted: true }
@@ -264,6 +251,25 @@ const lockRows = ({ sql, columns }: Budget, buckets: ReadonlyArray<BucketSpec>) 
     RETURNING ${sql.literal(columns)}`.pipe(Effect.flatMap(decodeRows))
 
 /**
+ * The locked rows with `rate_blocks`' blocks laid over theirs, read once the rows are locked: a 429
+ * recorded while this permit waited for the locks (recordBlock waits for none) stops it.
+ */
+const withBlocks = ({ sql }: Budget, rows: ReadonlyArray<Row>) =>
+  sql<{ bucket: string; until_ms: number }>`
+    SELECT bucket, (extract(epoch FROM blocked_until) * 1000)::float8 AS until_ms FROM crm_sync.rate_blocks
+    WHERE bucket = ANY(${rows.map((row) => row.bucket)}::text[]) AND blocked_until > now()`.pipe(
+    Effect.map((blocks) => {
+      const until = new Map(blocks.map((block) => [block.bucket, Number(block.until_ms)]))
+      return rows.map((row) => {
+        const blocked = until.get(row.bucket)
+        return blocked === undefined || (row.blocked_until_ms ?? -Infinity) >= blocked
+          ? row
+          : { ...row, blocked_until_ms: blocked }
+      })
+    })
+  )
+
+/**
  * Counts a grant of `taken` permits in its windows, and in `consumer`'s share of the shared ones;
  * a window that ends without a 429 since the ceiling was learned raises it a step (Ceilings).
  */
@@ -310,7 +316,7 @@ const attempt = (
   budget.sql
     .withTransaction(
       Effect.gen(function* () {
-        const rows = yield* lockRows(budget, buckets)
+        const rows = yield* withBlocks(budget, yield* lockRows(budget, buckets))
         const states = rows.map(toState)
         const granting = grantOrWait(rows, states, permits, priority, budget.policy, ahead)
         const { decision, now, taken } = granting
@@ -431,11 +437,11 @@ const anchor = ({ sql }: Budget) =>
   })
 
 /**
- * The block of a 429 in the database, for every process: the ceiling learned from it (Ceilings),
- * and the window restarts after the block — the server's own window has ended by then, and our
- * next first permit lines ours up with its next one again.
+ * The block in the windows' rows too (status shows it there), with the ceiling it teaches
+ * (Ceilings); the window restarts after the block — the server's own window has ended by then, and
+ * our next first permit lines ours up with its next one again.
  */
-const recordBlock = ({ sql, learning }: Budget, marked: ReadonlyArray<BucketSpec>, waitMs: number) =>
+const recordBlockInWindows = ({ sql, learning }: Budget, marked: ReadonlyArray<BucketSpec>, waitMs: number) =>
   sql`INSERT INTO crm_sync.rate_windows (bucket, scope, request_limit, window_ms)
     ${upsertSource(sql, marked)}
     ON CONFLICT (bucket) DO UPDATE SET request_limit = excluded.request_limit, window_ms = excluded.window_ms`.pipe(
@@ -447,7 +453,20 @@ const recordBlock = ({ sql, learning }: Budget, marked: ReadonlyArray<BucketSpec
             window_start = NULL, used = 0, updated_at = now()
         WHERE bucket = ANY(${marked.map((bucket) => bucket.key)}::text[])`
     ),
-    sql.withTransaction,
+    sql.withTransaction
+  )
+
+/**
+ * The block of a 429 in the database, for every process: first in `rate_blocks`, which no permit
+ * holds locked, so it is there at once (written to the windows' rows alone, it waited behind
+ * every permit queued on their locks, and those were granted into the block); then in the
+ * windows' rows.
+ */
+const recordBlock = (budget: Budget, marked: ReadonlyArray<BucketSpec>, waitMs: number) =>
+  budget.sql`INSERT INTO crm_sync.rate_blocks (bucket, blocked_until)
+    SELECT unnest(${marked.map((bucket) => bucket.key)}::text[]), clock_timestamp() + make_interval(secs => ${waitMs / 1000})
+    ON CONFLICT (bucket) DO UPDATE SET blocked_until = GREATEST(rate_blocks.blocked_until, excluded.blocked_until)`.pipe(
+    Effect.andThen(recordBlockInWindows(budget, marked, waitMs)),
     Effect.mapError(failWith("cannot record a 429 in the rate budget"))
   )
 

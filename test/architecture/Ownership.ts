@@ -26,6 +26,7 @@ export const TableOwners: Readonly<Record<string, ReadonlyArray<string>>> = {
   "crm_sync.by_id_checks": ["src/sync/ByIdReconcile.ts"],
   "crm_sync.credentials": ["src/crm/Credentials.ts"],
   "crm_sync.rate_windows": ["src/budget/RateBudget.ts"],
+  "crm_sync.rate_blocks": ["src/budget/RateBudget.ts"],
   "crm_sync.undecodable_records": ["src/warehouse/"]
 }
 

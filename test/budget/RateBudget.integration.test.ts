@@ -313,6 +313,49 @@ layer(RateBudget.layerWith(policy).pipe(Layer.provideMerge(TestDatabase)))("Rate
     })
   )
 
+  it.effect("a 429 reaches the other processes at once, even the permits already queued on its rows", () =>
+    Effect.gen(function* () {
+      const budget = yield* RateBudget
+      const other = yield* otherProcess
+      const sql = yield* SqlClient
+      const buckets = bucketsOf("queued", { token: 100, company: 100, ip: 100 })
+      yield* budget.acquire(buckets, { priority: "interactive" })
+      const before = yield* used("token:queued")
+      // A loaded database: a long permit transaction holds the token bucket's row, and another
+      // process's permit queues behind it (its first in line).
+      const release = yield* Deferred.make<void>()
+      const locked = yield* Deferred.make<void>()
+      yield* Effect.forkChild(
+        sql.withTransaction(
+          Effect.gen(function* () {
+            yield* sql`SELECT bucket FROM crm_sync.rate_windows WHERE bucket = 'token:queued' FOR UPDATE`
+            yield* Deferred.succeed(locked, undefined)
+            yield* Deferred.await(release)
+          })
+        )
+      )
+      yield* Deferred.await(locked)
+      const queued = yield* Effect.forkChild(other.tryAcquire(buckets, { priority: "interactive" }))
+      yield* realPause
+      // The 429 comes now. Written to the windows' rows alone, its block waited behind the queued
+      // permit, which was granted into it (the chaos suite, seed 2246914551: requests up to a
+      // second into a block another replica had received).
+      const marking = yield* Effect.forkChild(budget.markExhausted(buckets, "token", Duration.seconds(30)))
+      yield* realPause
+      yield* Deferred.succeed(release, undefined)
+      const answer = yield* Fiber.join(queued)
+      assert.isFalse(answer.granted, "the queued permit sees the block")
+      if (!answer.granted) assert.deepStrictEqual([answer.bucket, answer.reason], ["token:queued", "blocked"])
+      yield* Fiber.join(marking)
+      assert.strictEqual(
+        yield* used("token:queued"),
+        0,
+        "the window restarts after the block, with nothing granted in it"
+      )
+      assert.isAbove(before, 0)
+    })
+  )
+
   it.effect("clamps Retry-After to 1 s..1 h and falls back to one window when it is missing", () =>
     Effect.gen(function* () {
       const budget = yield* RateBudget
