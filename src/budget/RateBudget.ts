@@ -252,7 +252,7 @@ const lockRows = ({ sql, columns }: Budget, buckets: ReadonlyArray<BucketSpec>) 
 
 /**
  * The locked rows with `rate_blocks`' blocks laid over theirs, read once the rows are locked: a 429
- * recorded while this permit waited for the locks (recordBlock waits for none) stops it.
+ * recorded while this permit waited for the locks (shareBlock waits for none) stops it.
  */
 const withBlocks = ({ sql }: Budget, rows: ReadonlyArray<Row>) =>
   sql<{ bucket: string; until_ms: number }>`
@@ -437,9 +437,8 @@ const anchor = ({ sql }: Budget) =>
   })
 
 /**
- * The block in the windows' rows too (status shows it there), with the ceiling it teaches
- * (Ceilings); the window restarts after the block — the server's own window has ended by then, and
- * our next first permit lines ours up with its next one again.
+ * The block in the windows' rows too (status shows it there), with the ceiling it teaches; the
+ * window restarts after the block, our next first permit lining up with the server's next window.
  */
 const recordBlockInWindows = ({ sql, learning }: Budget, marked: ReadonlyArray<BucketSpec>, waitMs: number) =>
   sql`INSERT INTO crm_sync.rate_windows (bucket, scope, request_limit, window_ms)
@@ -457,18 +456,15 @@ const recordBlockInWindows = ({ sql, learning }: Budget, marked: ReadonlyArray<B
   )
 
 /**
- * The block of a 429 in the database, for every process: first in `rate_blocks`, which no permit
- * holds locked, so it is there at once (written to the windows' rows alone, it waited behind
- * every permit queued on their locks, and those were granted into the block); then in the
- * windows' rows.
+ * A 429's block for every process, in `rate_blocks`, which no permit locks: in the windows' rows
+ * alone it waited behind the permits queued on their locks, granted into it (recordBlockInWindows).
  */
-const recordBlock = (budget: Budget, marked: ReadonlyArray<BucketSpec>, waitMs: number) =>
-  budget.sql`INSERT INTO crm_sync.rate_blocks (bucket, blocked_until)
+const shareBlock = ({ sql }: Budget, marked: ReadonlyArray<BucketSpec>, waitMs: number) =>
+  sql`INSERT INTO crm_sync.rate_blocks (bucket, blocked_until)
     SELECT unnest(${marked.map((bucket) => bucket.key)}::text[]), clock_timestamp() + make_interval(secs => ${waitMs / 1000})
-    ON CONFLICT (bucket) DO UPDATE SET blocked_until = GREATEST(rate_blocks.blocked_until, excluded.blocked_until)`.pipe(
-    Effect.andThen(recordBlockInWindows(budget, marked, waitMs)),
-    Effect.mapError(failWith("cannot record a 429 in the rate budget"))
-  )
+    ON CONFLICT (bucket) DO UPDATE SET blocked_until = GREATEST(rate_blocks.blocked_until, excluded.blocked_until)`
+
+const cannotRecord = failWith("cannot record a 429 in the rate budget")
 
 const markExhausted = (budget: Budget) =>
   Effect.fn("RateBudget.markExhausted")(function* (
@@ -485,9 +481,13 @@ const markExhausted = (budget: Budget) =>
     const waitMs = jitterRetryAfter(clamped, yield* Random.next)
     const local = yield* Clock.currentTimeMillis
     budget.local.block(new Set(marked.map((bucket) => bucket.key)), local + waitMs)
-    yield* recordBlock(budget, marked, waitMs)
+    yield* shareBlock(budget, marked, waitMs).pipe(Effect.mapError(cannotRecord))
+    // How long the other processes could not know: worth seeing when they sent into the block.
+    const shared_after_ms = (yield* Clock.currentTimeMillis) - local
+    yield* recordBlockInWindows(budget, marked, waitMs).pipe(Effect.mapError(cannotRecord))
+    const keys = marked.map((bucket) => bucket.key).join(",")
     yield* Effect.logWarning("rate budget: bucket exhausted (429)").pipe(
-      Effect.annotateLogs({ buckets: marked.map((bucket) => bucket.key).join(","), seconds: waitMs / 1000 })
+      Effect.annotateLogs({ buckets: keys, seconds: waitMs / 1000, shared_after_ms })
     )
     return Duration.millis(waitMs)
   })
