@@ -16,60 +16,30 @@ import * as Layer from "effect/Layer"
 import * as Random from "effect/Random"
 import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
+import * as Semaphore from "effect/Semaphore"
 import { SqlClient } from "effect/sql/SqlClient"
 import type { SqlError } from "effect/sql/SqlError"
 import { AppConfig } from "../config/AppConfig.ts"
 import { ceilingOn429, ceilingOnGrant, defaultLearning, type Learning, validLearned } from "./Ceilings.ts"
 import { consumerOf, grantOrWait, LocalPermits, reservoirKey, wakeJitterMs } from "./Permits.ts"
+import type { BucketStatus, ExhaustedLimit, TryAcquire } from "./Reports.ts"
 import { clampRetryAfter, jitterRetryAfter } from "./RetryAfter.ts"
 import {
-  type BucketScope,
   type BucketSpec,
   openingMargin,
   type Policy,
   type Priority,
   timeUntil as windowsTimeUntil,
-  type WaitReason,
   type WindowState
 } from "./Windows.ts"
 
 export type { BucketScope, BucketSpec, Policy, Priority, WaitReason } from "./Windows.ts"
+export type { BucketStatus, ExhaustedLimit, TryAcquire } from "./Reports.ts"
 
 export class BudgetError extends Schema.TaggedError<BudgetError>()("BudgetError", {
   message: Schema.String,
   cause: Schema.optional(Schema.Defect())
 }) {}
-
-/** A bucket as `status` reports it (and `crm-sync status --json` prints it). */
-export interface BucketStatus {
-  readonly bucket: string
-  readonly scope: BucketScope
-  readonly limit: number
-  /** Requests counted in the current window (0 once it has ended). */
-  readonly used: number
-  readonly window: Duration.Duration
-  /** Start of the current window, if one is running. */
-  readonly windowStart: DateTime.Utc | undefined
-  /** When the current window ends and a fresh one may begin (plus the safety margin). */
-  readonly resetsAt: DateTime.Utc | undefined
-  /** Set by a 429: no request is sent on this bucket before then. */
-  readonly blockedUntil: DateTime.Utc | undefined
-  /** The ceiling learned from 429s below `limit` (other consumers' use), while it holds. */
-  readonly learnedLimit: number | undefined
-}
-
-/** The answer of `tryAcquire`. */
-export type TryAcquire =
-  | { readonly granted: true }
-  | {
-      readonly granted: false
-      readonly retryIn: Duration.Duration
-      readonly bucket: string
-      readonly reason: WaitReason
-    }
-
-/** Which of a request's buckets a 429 names; `unknown` blocks all of them (the safe reading). */
-export type ExhaustedLimit = BucketScope | "unknown"
 
 /** A bucket's row as every query returns it (`columns`). */
 const Row = Schema.Struct({
@@ -232,6 +202,12 @@ interface Budget {
   /** `columns(learning)`: what every query of the rows returns. */
   readonly columns: string
   readonly local: LocalPermits
+  /**
+   * At most two permit transactions of this process at once: they queue on the same bucket rows
+   * in the database anyway, and each waiting one held a pooled connection that a 429's block (for
+   * every process), a page or the inbox then waited for.
+   */
+  readonly transactions: Semaphore.Semaphore
 }
 
 /** The buckets as rows, in the given (key) order: `INSERT ... SELECT` locks them in this order. */
@@ -326,7 +302,11 @@ const attempt = (
         return { ...granting, opened: opened.map((window) => window.key) }
       })
     )
-    .pipe(Effect.retry(transactionRetry), Effect.mapError(failWith("cannot take a permit from the rate budget")))
+    .pipe(
+      Effect.retry(transactionRetry),
+      budget.transactions.withPermits(1),
+      Effect.mapError(failWith("cannot take a permit from the rate budget"))
+    )
 
 /** A permit taken, with the windows its grant opened, if any. */
 interface Granted {
@@ -554,7 +534,8 @@ const make = Effect.fnUntraced(function* (policy: Policy, learning: Learning) {
     policy,
     learning,
     columns: columns(learning),
-    local: new LocalPermits()
+    local: new LocalPermits(),
+    transactions: Semaphore.makeUnsafe(2)
   }
   return RateBudget.of({
     acquire: acquire(budget),

@@ -356,6 +356,50 @@ layer(RateBudget.layerWith(policy).pipe(Layer.provideMerge(TestDatabase)))("Rate
     })
   )
 
+  it.effect("permits waiting on a locked bucket leave the pool free: a 429 still reaches the others", () =>
+    Effect.gen(function* () {
+      const budget = yield* RateBudget
+      const sql = yield* SqlClient
+      const buckets = bucketsOf("pooled", { token: 100, company: 100, ip: 100 })
+      yield* budget.acquire(buckets, { priority: "interactive" })
+      const release = yield* Deferred.make<void>()
+      const locked = yield* Deferred.make<void>()
+      yield* Effect.forkChild(
+        sql.withTransaction(
+          Effect.gen(function* () {
+            yield* sql`SELECT bucket FROM crm_sync.rate_windows WHERE bucket = 'token:pooled' FOR UPDATE`
+            yield* Deferred.succeed(locked, undefined)
+            yield* Deferred.await(release)
+          })
+        )
+      )
+      yield* Deferred.await(locked)
+      // More of this process's requests wait for a permit than the pool has connections (8 here,
+      // 10 in the daemon). Each waiting transaction held one, and the 429's block, the pages, the
+      // inbox waited for a connection behind them.
+      const waiting = yield* Effect.forEach(Array.from({ length: 10 }), () =>
+        Effect.forkChild(budget.tryAcquire(buckets, { priority: "interactive" }))
+      )
+      yield* realPause
+      const marking = yield* Effect.forkChild(budget.markExhausted(buckets, "token", Duration.seconds(30)))
+      const shared = sql<{ n: number }>`
+        SELECT count(*)::int AS n FROM crm_sync.rate_blocks WHERE bucket = 'token:pooled' AND blocked_until > now()`
+      let seen = false
+      for (let i = 0; i < 15 && !seen; i++) {
+        yield* realPause
+        const answer = yield* Effect.raceFirst(
+          Effect.map(shared, (rows) => rows[0]!.n === 1),
+          Effect.as(realPause, false)
+        )
+        seen = answer
+      }
+      yield* Deferred.succeed(release, undefined)
+      yield* Fiber.join(marking)
+      for (const fiber of waiting) yield* Fiber.join(fiber)
+      assert.isTrue(seen, "the block reached the database while the permits still waited")
+    })
+  )
+
   it.effect("clamps Retry-After to 1 s..1 h and falls back to one window when it is missing", () =>
     Effect.gen(function* () {
       const budget = yield* RateBudget
