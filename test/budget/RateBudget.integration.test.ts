@@ -34,6 +34,28 @@ const otherProcess = Effect.gen(function* () {
 /** Real time (the test clock stands still) for a forked acquirer to reach the database and decide. */
 const realPause = Effect.promise(() => new Promise((resolve) => setTimeout(resolve, 200)))
 
+/**
+ * Locks the rows of the buckets matching `pattern` in a long transaction of its own (a loaded
+ * database); the effect returned releases them.
+ */
+const holdRows = (pattern: string) =>
+  Effect.gen(function* () {
+    const sql = yield* SqlClient
+    const release = yield* Deferred.make<void>()
+    const locked = yield* Deferred.make<void>()
+    yield* Effect.forkChild(
+      sql.withTransaction(
+        Effect.gen(function* () {
+          yield* sql`SELECT bucket FROM crm_sync.rate_windows WHERE bucket LIKE ${pattern} FOR UPDATE`
+          yield* Deferred.succeed(locked, undefined)
+          yield* Deferred.await(release)
+        })
+      )
+    )
+    yield* Deferred.await(locked)
+    return Deferred.succeed(release, undefined)
+  })
+
 const used = Effect.fnUntraced(function* (bucket: string) {
   const sql = yield* SqlClient
   const rows = yield* sql<{ used: number }>`SELECT used FROM crm_sync.rate_windows WHERE bucket = ${bucket}`
@@ -283,22 +305,10 @@ layer(RateBudget.layerWith(policy).pipe(Layer.provideMerge(TestDatabase)))("Rate
   it.effect("a 429 stops this process's other requests at once, before the block reaches the database", () =>
     Effect.gen(function* () {
       const budget = yield* RateBudget
-      const sql = yield* SqlClient
       const buckets = bucketsOf("racing", { token: 100, company: 100, ip: 100 })
       yield* budget.acquire(buckets, { priority: "interactive" })
       // A loaded database: the rows the 429 must be written to are locked by someone else.
-      const release = yield* Deferred.make<void>()
-      const locked = yield* Deferred.make<void>()
-      yield* Effect.forkChild(
-        sql.withTransaction(
-          Effect.gen(function* () {
-            yield* sql`SELECT bucket FROM crm_sync.rate_windows WHERE bucket LIKE '%:racing' FOR UPDATE`
-            yield* Deferred.succeed(locked, undefined)
-            yield* Deferred.await(release)
-          })
-        )
-      )
-      yield* Deferred.await(locked)
+      const release = yield* holdRows("%:racing")
       const marking = yield* Effect.forkChild(budget.markExhausted(buckets, "token", Duration.seconds(30)))
       yield* realPause
       assert.isUndefined(marking.pollUnsafe(), "the database write is still waiting for the lock")
@@ -308,7 +318,7 @@ layer(RateBudget.layerWith(policy).pipe(Layer.provideMerge(TestDatabase)))("Rate
       const refused = yield* budget.tryAcquire(buckets, { priority: "interactive" }).pipe(Effect.timeout("2 seconds"))
       assert.isFalse(refused.granted)
       if (!refused.granted) assert.deepStrictEqual([refused.bucket, refused.reason], ["token:racing", "blocked"])
-      yield* Deferred.succeed(release, undefined)
+      yield* release
       yield* Fiber.join(marking)
     })
   )
@@ -317,24 +327,12 @@ layer(RateBudget.layerWith(policy).pipe(Layer.provideMerge(TestDatabase)))("Rate
     Effect.gen(function* () {
       const budget = yield* RateBudget
       const other = yield* otherProcess
-      const sql = yield* SqlClient
       const buckets = bucketsOf("queued", { token: 100, company: 100, ip: 100 })
       yield* budget.acquire(buckets, { priority: "interactive" })
       const before = yield* used("token:queued")
       // A loaded database: a long permit transaction holds the token bucket's row, and another
       // process's permit queues behind it (its first in line).
-      const release = yield* Deferred.make<void>()
-      const locked = yield* Deferred.make<void>()
-      yield* Effect.forkChild(
-        sql.withTransaction(
-          Effect.gen(function* () {
-            yield* sql`SELECT bucket FROM crm_sync.rate_windows WHERE bucket = 'token:queued' FOR UPDATE`
-            yield* Deferred.succeed(locked, undefined)
-            yield* Deferred.await(release)
-          })
-        )
-      )
-      yield* Deferred.await(locked)
+      const release = yield* holdRows("token:queued")
       const queued = yield* Effect.forkChild(other.tryAcquire(buckets, { priority: "interactive" }))
       yield* realPause
       // The 429 comes now. Written to the windows' rows alone, its block waited behind the queued
@@ -342,7 +340,7 @@ layer(RateBudget.layerWith(policy).pipe(Layer.provideMerge(TestDatabase)))("Rate
       // second into a block another replica had received).
       const marking = yield* Effect.forkChild(budget.markExhausted(buckets, "token", Duration.seconds(30)))
       yield* realPause
-      yield* Deferred.succeed(release, undefined)
+      yield* release
       const answer = yield* Fiber.join(queued)
       assert.isFalse(answer.granted, "the queued permit sees the block")
       if (!answer.granted) assert.deepStrictEqual([answer.bucket, answer.reason], ["token:queued", "blocked"])
@@ -362,18 +360,7 @@ layer(RateBudget.layerWith(policy).pipe(Layer.provideMerge(TestDatabase)))("Rate
       const sql = yield* SqlClient
       const buckets = bucketsOf("pooled", { token: 100, company: 100, ip: 100 })
       yield* budget.acquire(buckets, { priority: "interactive" })
-      const release = yield* Deferred.make<void>()
-      const locked = yield* Deferred.make<void>()
-      yield* Effect.forkChild(
-        sql.withTransaction(
-          Effect.gen(function* () {
-            yield* sql`SELECT bucket FROM crm_sync.rate_windows WHERE bucket = 'token:pooled' FOR UPDATE`
-            yield* Deferred.succeed(locked, undefined)
-            yield* Deferred.await(release)
-          })
-        )
-      )
-      yield* Deferred.await(locked)
+      const release = yield* holdRows("token:pooled")
       // More of this process's requests wait for a permit than the pool has connections (8 here,
       // 10 in the daemon). Each waiting transaction held one, and the 429's block, the pages, the
       // inbox waited for a connection behind them.
@@ -393,7 +380,7 @@ layer(RateBudget.layerWith(policy).pipe(Layer.provideMerge(TestDatabase)))("Rate
         )
         seen = answer
       }
-      yield* Deferred.succeed(release, undefined)
+      yield* release
       yield* Fiber.join(marking)
       for (const fiber of waiting) yield* Fiber.join(fiber)
       assert.isTrue(seen, "the block reached the database while the permits still waited")
