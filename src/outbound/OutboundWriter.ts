@@ -20,7 +20,6 @@ import * as Random from "effect/Random"
 import * as Result from "effect/Result"
 import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
-import { isSqlError } from "effect/sql/SqlError"
 import { randomUUID } from "node:crypto"
 import { AppConfig } from "../config/AppConfig.ts"
 import { CrmClient, type CrmClientShape } from "../crm/CrmClient.ts"
@@ -28,6 +27,7 @@ import type { CrmError } from "../crm/CrmError.ts"
 import * as Models from "../crm/Models.ts"
 import { describeIssue } from "../crm/Pagination.ts"
 import { oneLine } from "../observability/Text.ts"
+import { isDatabaseCause } from "../warehouse/DatabaseCause.ts"
 import { Warehouse } from "../warehouse/Warehouse.ts"
 import * as Outbox from "./Outbox.ts"
 
@@ -287,17 +287,6 @@ const processRow = Effect.fnUntraced(function* (writer: Writer, row: Outbox.Outb
 // ---------------------------------------------------------------------------------------------
 // Claiming
 // ---------------------------------------------------------------------------------------------
-
-/**
- * Whether a cause is the database's: a SqlError, or the defect effect/sql makes of a rollback
- * whose connection is gone (the database restarted mid-transaction).
- */
-const isDatabaseCause = (cause: Cause.Cause<unknown>): boolean =>
-  cause.reasons.some(
-    (reason) =>
-      (Cause.isDieReason(reason) && isSqlError(reason.defect)) ||
-      (Cause.isFailReason(reason) && isSqlError(reason.error))
-  )
 
 /**
  * What becomes of a row whose handling the database cut short: another try, with the same

@@ -12,8 +12,9 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import { SqlClient } from "effect/sql/SqlClient"
-import { isSqlError, type SqlError } from "effect/sql/SqlError"
+import type { SqlError } from "effect/sql/SqlError"
 import { AppConfig } from "../config/AppConfig.ts"
+import { isDatabaseDefect } from "../warehouse/DatabaseCause.ts"
 import { CrmClient, type CrmClientShape } from "../crm/CrmClient.ts"
 import { BusinessPoller } from "./BusinessPoller.ts"
 import { CrawlRuns } from "./CrawlRuns.ts"
@@ -69,13 +70,6 @@ const dueIn = (job: ScheduledJob) =>
 /** Whether a job's failure was the database's (a restart, an outage), not the CRM's or a bug's. */
 const isDatabaseFailure = (failure: SyncError | LeaseError | SqlError | Schema.SchemaError): boolean =>
   failure._tag === "SyncError" ? failure.reason._tag === "Database" : failure._tag !== "SchemaError"
-
-/**
- * Whether a defect is the database going away mid-transaction: effect/sql makes a rollback that
- * fails (its connection is gone) a defect carrying the SqlError.
- */
-const isDatabaseDefect = (cause: Cause.Cause<unknown>): boolean =>
-  cause.reasons.some((reason) => Cause.isDieReason(reason) && isSqlError(reason.defect))
 
 /**
  * The loop of one job: wait until due, run under the lease, record, repeat; never fails.
