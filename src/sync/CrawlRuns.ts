@@ -5,13 +5,17 @@
  * (tracked records that clean crawls missed, and how many in a row). PageCrawler and ReferenceSync
  * drive it; every write here runs inside the transaction of the batch (or the final step) it
  * describes, so the bookkeeping can never disagree with the warehouse. A record missed by two clean
- * crawls in a row is marked deleted (`finishClean`).
+ * crawls in a row is marked deleted (`finishClean`), unless another configured connection that
+ * still crawls the listing tracks it (`HoldPolicy`).
  */
 import * as Context from "effect/Context"
 import * as DateTime from "effect/DateTime"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
+import { AppConfig, type AppConfigShape } from "../config/AppConfig.ts"
+import { needingReauthorization } from "../crm/Credentials.ts"
 import { percent } from "../observability/Text.ts"
 import { SqlClient } from "effect/sql/SqlClient"
 import type { SqlError } from "effect/sql/SqlError"
@@ -360,27 +364,93 @@ const countMisses = Effect.fnUntraced(function* (sql: SqlClient, run: CrawlRun) 
 })
 
 /**
+ * The connections whose crawls may hold a record back from deletion: configured in this process,
+ * not waiting for re-authorization (a refused grant crawls nothing), and with a clean crawl of the
+ * listing finished within `HOLD_INTERVALS` of its schedule. A connection that stopped crawling
+ * (removed, broken or just idle) would otherwise keep its last view of the records forever.
+ */
+export interface HoldPolicy {
+  /** The configured connections, by name. */
+  readonly connections: ReadonlyArray<string>
+  /** How often a listing is crawled: a crawl older than `HOLD_INTERVALS` of it is stale. */
+  readonly interval: (resource: Resource) => Duration.Duration
+}
+
+/** A connection whose last clean crawl of a listing is older than this many intervals holds nothing. */
+export const HOLD_INTERVALS = 3
+
+/** The schedule each listing is crawled on: the crawls', the business crawl's, the reference refresh's. */
+export const listingInterval =
+  (schedules: AppConfigShape["schedules"]) =>
+  (resource: Resource): Duration.Duration =>
+    resource === "businesses"
+      ? schedules.business_crawl
+      : resource === "books" || resource === "project_templates"
+        ? schedules.reference
+        : schedules.crawl
+
+/** Which candidates another connection holds back, and who holds how many. */
+interface Held {
+  readonly ids: ReadonlySet<string>
+  readonly byConnection: ReadonlyArray<{ readonly connection: string; readonly records: number }>
+}
+
+const nothingHeld: Held = { ids: new Set(), byConnection: [] }
+
+/**
  * The candidates still tracked by another connection's crawls (two connections to one company see
- * the same records): seen by them, or missed by them fewer than twice. Those are not deleted.
+ * the same records): seen by them, or missed by them fewer than twice. Only connections the
+ * `HoldPolicy` admits count; what they hold is not deleted.
  */
 const trackedElsewhere = Effect.fnUntraced(function* (
   sql: SqlClient,
+  policy: HoldPolicy,
   run: CrawlRun,
   candidates: ReadonlyArray<string>
 ) {
-  if (candidates.length === 0) return new Set<string>()
-  const rows = yield* sql<{ id: string }>`
-    SELECT c.id FROM unnest(${candidates}::text[]) AS c(id)
-    WHERE c.id IN (
-      SELECT unnest(s.ids) FROM crm_sync.crawl_sightings s
+  const others = policy.connections.filter((name) => name !== run.connection)
+  if (candidates.length === 0 || others.length === 0) return nothingHeld
+  const reauthorizing = new Set(yield* needingReauthorization.pipe(Effect.provideService(SqlClient, sql), finishFailed))
+  const eligible = others.filter((name) => !reauthorizing.has(name))
+  if (eligible.length === 0) return nothingHeld
+  const staleAfterMs = Duration.toMillis(policy.interval(run.resource)) * HOLD_INTERVALS
+  const rows = yield* sql<{ connection: string; id: string }>`
+    WITH holders AS (
+      SELECT DISTINCT connection FROM crm_sync.crawl_runs
+      WHERE resource = ${run.resource} AND connection = ANY(${eligible}::text[]) AND status = 'complete'
+        AND finished_at > now() - ${staleAfterMs}::float8 * interval '1 millisecond'
+    ),
+    held AS (
+      SELECT r.connection, x.id FROM crm_sync.crawl_sightings s
       JOIN crm_sync.crawl_runs r ON r.id = s.run_id
-      WHERE r.resource = ${run.resource} AND r.connection <> ${run.connection}
+      JOIN holders h ON h.connection = r.connection
+      CROSS JOIN LATERAL unnest(s.ids) AS x(id)
+      WHERE r.resource = ${run.resource}
       UNION ALL
-      SELECT o.id FROM crm_sync.crawl_misses o
-      WHERE o.resource = ${run.resource} AND o.connection <> ${run.connection} AND o.misses < ${MISSES_TO_DELETE}
-    )`.pipe(finishFailed)
-  return new Set(rows.map((row) => row.id))
+      SELECT o.connection, o.id FROM crm_sync.crawl_misses o
+      JOIN holders h ON h.connection = o.connection
+      WHERE o.resource = ${run.resource} AND o.misses < ${MISSES_TO_DELETE}
+    )
+    SELECT DISTINCT held.connection, held.id
+    FROM held JOIN unnest(${candidates}::text[]) AS c(id) ON c.id = held.id`.pipe(finishFailed)
+  const counts = new Map<string, number>()
+  for (const row of rows) counts.set(row.connection, (counts.get(row.connection) ?? 0) + 1)
+  return {
+    ids: new Set(rows.map((row) => row.id)),
+    byConnection: [...counts]
+      .toSorted(([a], [b]) => a.localeCompare(b))
+      .map(([connection, records]) => ({ connection, records }))
+  } satisfies Held
 })
+
+/** The note of records another connection held back: who, and how many. */
+const heldNote = (held: Held): string | null =>
+  held.ids.size === 0
+    ? null
+    : `${held.ids.size} record${held.ids.size === 1 ? "" : "s"} missing from two clean crawls kept: ` +
+      `still tracked by ${held.byConnection
+        .map(({ connection, records }) => `connection ${connection} (${records})`)
+        .join(", ")}`
 
 /**
  * Deletion by absence (spec §1: the v1 API has no DELETE and lists deleted records nowhere, so a
@@ -392,18 +462,20 @@ const trackedElsewhere = Effect.fnUntraced(function* (
  * over, so a record shifted across a page boundary by drift in one crawl is simply seen by the
  * next. A crawl that fails or is cut short counts no misses and deletes nothing (it never gets
  * here), and neither does a resumed crawl finishing after a newer crawl of the same records began
- * (its early pages are older than that crawl's). When more than the configured share of the
- * tracked records would go at once, nothing is deleted and the run says so in `note`.
+ * (its early pages are older than that crawl's). A record another connection still tracks is kept
+ * if that connection may hold it (`HoldPolicy`), and the run's `note` names who held how many. When
+ * more than the configured share of the tracked records would go at once, nothing is deleted and
+ * the run says so in `note`.
  */
-const finishClean = (sql: SqlClient) =>
+const finishClean = (sql: SqlClient, policy: HoldPolicy) =>
   Effect.fn("CrawlRuns.finishClean")(function* (run: CrawlRun, options: FinishOptions) {
     const unproven = yield* closeIfUnproven(sql, run)
     if (unproven !== null) return unproven
     const scope = sameListing(sql, run)
     const { seen, received, absent, candidates } = yield* countMisses(sql, run)
     const tracked = seen + absent
-    const keep = yield* trackedElsewhere(sql, run, candidates)
-    const ids = keep.size === 0 ? candidates : candidates.filter((id) => !keep.has(id))
+    const held = yield* trackedElsewhere(sql, policy, run, candidates)
+    const ids = held.ids.size === 0 ? candidates : candidates.filter((id) => !held.ids.has(id))
     const plan = planDeletion(ids, tracked, absent, options)
     let deleted = 0
     if (!plan.refuse && ids.length > 0) {
@@ -415,7 +487,8 @@ const finishClean = (sql: SqlClient) =>
     yield* sql`
       DELETE FROM crm_sync.crawl_sightings
       WHERE run_id IN (SELECT id FROM crm_sync.crawl_runs WHERE ${scope} AND id < ${run.id})`.pipe(finishFailed)
-    const note = plan.notes.length === 0 ? null : plan.notes.join("; ")
+    const notes = [heldNote(held), ...plan.notes].filter((note) => note !== null)
+    const note = notes.length === 0 ? null : notes.join("; ")
     // Exact totals: a record seen in two batches (the listing shifted under the crawl, or a
     // restart in between) counted twice as the batches were stored.
     yield* sql`
@@ -488,7 +561,8 @@ export class CrawlRuns extends Context.Service<
     ) => Effect.Effect<BatchResult, CrawlRunsError | WarehouseError>
     /**
      * Closes a crawl that read every page: counts its distinct records, counts misses, deletes what
-     * two clean crawls missed (unless more than `threshold` of the tracked records would go), marks
+     * two clean crawls missed (except what another connection that still crawls the listing
+     * tracks, and nothing if more than `threshold` of the tracked records would go), marks
      * the run complete and drops the sightings of earlier runs.
      * `deleteRecords` marks the given ids deleted in the warehouse; all of it in one transaction
      * of the caller's.
@@ -522,10 +596,15 @@ export class CrawlRuns extends Context.Service<
     Effect.gen(function* () {
       const sql = yield* SqlClient
       const warehouse = yield* Warehouse
+      const config = yield* AppConfig
+      const policy: HoldPolicy = {
+        connections: config.connections.map((connection) => connection.name),
+        interval: listingInterval(config.schedules)
+      }
       return CrawlRuns.of({
         open: open(sql),
         recordBatch: recordBatch(sql, warehouse),
-        finishClean: finishClean(sql),
+        finishClean: finishClean(sql, policy),
         closeOrphans: closeOrphans(sql),
         forgetMisses: forgetMisses(sql),
         totals: totals(sql),

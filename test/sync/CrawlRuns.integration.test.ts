@@ -1,17 +1,36 @@
 /**
  * The deletion-by-absence bookkeeping of CrawlRuns on its own, against a real database: which
  * records two clean crawls in a row missed, what an unfinished crawl's sightings change, what
- * another connection's crawls protect, how a scheduled crawl and a backfill resume each
- * other's unfinished run, and the exact totals of a crawl whose batches overlapped.
+ * another connection's crawls protect (only a configured connection that still crawls), how a
+ * scheduled crawl and a backfill resume each other's unfinished run, and the exact totals of a
+ * crawl whose batches overlapped.
  */
 import { assert, layer } from "@effect/vitest"
-import { Effect, Layer } from "effect"
+import { DateTime, Effect, Layer } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
+import { AppConfig } from "../../src/config/AppConfig.ts"
 import { type CrawlRun, CrawlRuns } from "../../src/sync/CrawlRuns.ts"
 import { type Source, Warehouse } from "../../src/warehouse/Warehouse.ts"
 import { TestDatabase } from "../support/TestDatabase.ts"
 
-const Live = CrawlRuns.layer.pipe(Layer.provideMerge(Warehouse.layer), Layer.provideMerge(TestDatabase))
+/** The connections of this process's config ("gone" crawled once, but is not among them). */
+const configured = ["one", "two", "three", "four", "other", "partner", "lead", "current", "idle", "locked"]
+
+const Config = AppConfig.layerFrom({
+  connections: configured.map((name) => ({
+    name,
+    base_url: "http://127.0.0.1:9",
+    credential: "personal",
+    token: `token-${name}`
+  })),
+  schedules: { crawl: "6 hours" }
+})
+
+const Live = CrawlRuns.layer.pipe(
+  Layer.provideMerge(Warehouse.layer),
+  Layer.provideMerge(Config),
+  Layer.provideMerge(TestDatabase)
+)
 
 const counts = { inserted: 0, updated: 0, unchanged: 0, skipped: 0, rejected: 0 }
 
@@ -51,11 +70,17 @@ const finish = (run: CrawlRun, threshold = 0.5) =>
   Effect.gen(function* () {
     const sql = yield* SqlClient
     const runs = yield* CrawlRuns
+    const warehouse = yield* Warehouse
     const deleted: Array<string> = []
+    const now = yield* DateTime.now
     const result = yield* sql.withTransaction(
       runs.finishClean(run, {
         threshold,
-        deleteRecords: (ids) => Effect.sync(() => deleted.push(...ids))
+        deleteRecords: (ids) =>
+          Effect.andThen(
+            Effect.sync(() => deleted.push(...ids)),
+            Effect.map(warehouse.markDeleted(run.resource, ids, now, { source: run.source }), (d) => d.deleted)
+          )
       })
     )
     return { ...result, deletedIds: deleted }
@@ -116,17 +141,66 @@ layer(Live, options)("CrawlRuns", (it) => {
 
   it.effect("a record another connection's crawls still see is not deleted", () =>
     Effect.gen(function* () {
+      const sql = yield* SqlClient
       yield* cleanCrawl("partner", [ids(10, 201)])
       yield* cleanCrawl("three", [ids(10, 201)])
       yield* cleanCrawl("three", [ids(9, 201)])
       const second = yield* cleanCrawl("three", [ids(9, 201)])
       assert.strictEqual(second.absent, 1)
       assert.deepStrictEqual(second.deletedIds, [], "the partner connection's last crawl listed fa_210")
+      assert.strictEqual(
+        second.note,
+        "1 record missing from two clean crawls kept: still tracked by connection partner (1)",
+        "the run says who held the record back"
+      )
+      const [noted] = yield* sql<{ note: string | null }>`
+        SELECT note FROM crm_sync.crawl_runs WHERE connection = 'three' ORDER BY id DESC LIMIT 1`
+      assert.strictEqual(noted!.note, second.note)
       // Once the partner's crawls have missed it twice too, it goes.
       const partnerOnce = yield* cleanCrawl("partner", [ids(9, 201)])
       assert.deepStrictEqual(partnerOnce.deletedIds, [])
       const partnerTwice = yield* cleanCrawl("partner", [ids(9, 201)])
       assert.deepStrictEqual(partnerTwice.deletedIds, ["fa_210"])
+    })
+  )
+
+  it.effect("a connection that stopped crawling holds nothing back; one that still crawls does, and is named", () =>
+    Effect.gen(function* () {
+      const sql = yield* SqlClient
+      const all = ids(10, 501)
+      yield* sql`INSERT INTO crm.financial_accounts (id, source) SELECT unnest(${all}::text[]), 'crawl'`
+      // Each of these crawled the listing once and saw everything, then stopped.
+      yield* cleanCrawl("gone", [all]) // since removed from the config
+      yield* cleanCrawl("idle", [all]) // its last clean crawl 19 hours ago: over 3 × schedules.crawl
+      yield* sql`UPDATE crm_sync.crawl_runs SET started_at = started_at - interval '19 hours',
+        finished_at = finished_at - interval '19 hours' WHERE connection = 'idle'`
+      yield* cleanCrawl("locked", [all]) // its grant refused since: it needs re-authorization
+      yield* sql`INSERT INTO crm_sync.credentials (connection, needs_reauthorization, last_error)
+        VALUES ('locked', true, 'invalid_grant')`
+      // This one still crawls, and its last crawl listed fa_507.
+      yield* cleanCrawl("current", [all.filter((id) => id !== "fa_508" && id !== "fa_509" && id !== "fa_510")])
+
+      // The lead connection's clean crawls miss fa_507 to fa_510 again and again.
+      yield* cleanCrawl("lead", [all])
+      const kept = ids(6, 501)
+      const once = yield* cleanCrawl("lead", [kept])
+      assert.deepStrictEqual(once.deletedIds, [], "one clean crawl's absence is not enough")
+      const twice = yield* cleanCrawl("lead", [kept])
+      assert.deepStrictEqual(twice.deletedIds, ["fa_508", "fa_509", "fa_510"])
+      assert.strictEqual(
+        twice.note,
+        "1 record missing from two clean crawls kept: still tracked by connection current (1)"
+      )
+      const rows = yield* sql<{ id: string; deleted: boolean }>`
+        SELECT id, deleted_at IS NOT NULL AS deleted FROM crm.financial_accounts
+        WHERE id >= 'fa_506' AND id <= 'fa_510' ORDER BY id`
+      assert.deepStrictEqual(rows, [
+        { id: "fa_506", deleted: false },
+        { id: "fa_507", deleted: false },
+        { id: "fa_508", deleted: true },
+        { id: "fa_509", deleted: true },
+        { id: "fa_510", deleted: true }
+      ])
     })
   )
 

@@ -1,7 +1,8 @@
 /**
  * Full-page crawls against the sandbox: page drift mid-crawl (removals re-checked at once,
  * changes caught by the next crawl), deletion by absence after two clean crawls and never after a
- * failed one, a mass disappearance refused and reported, a reappearing record undeleted, an
+ * failed one, a record another connection still crawls held back (and one that stopped crawling
+ * holding nothing), a mass disappearance refused and reported, a reappearing record undeleted, an
  * interrupted crawl resumed without asking for its stored pages again, and interruptions landing
  * anywhere in the pipeline leaving the crawl resumable rather than failed.
  */
@@ -9,15 +10,17 @@ import { assert, layer } from "@effect/vitest"
 import { Effect, Fiber } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
 import { Sandbox } from "@crm-sync/sandbox"
+import { CrmClient } from "../../src/crm/CrmClient.ts"
 import { type CrawlResource, PageCrawler } from "../../src/sync/PageCrawler.ts"
 import { Warehouse } from "../../src/warehouse/Warehouse.ts"
 import { compareTable } from "./compare.ts"
 import { client, harness, lastSeq, listAll, pagesAsked, requestsSince } from "./harness.ts"
 
-const crawl = (resource: CrawlResource) =>
+const crawl = (resource: CrawlResource, connection?: string) =>
   Effect.gen(function* () {
     const crawler = yield* PageCrawler
-    return yield* crawler.crawl(yield* client, resource, { source: "crawl" })
+    const crm = connection === undefined ? yield* client : yield* Effect.orDie(CrmClient.make(connection))
+    return yield* crawler.crawl(crm, resource, { source: "crawl" })
   })
 
 /** Ids the sandbox's page-drift faults removed, from its request log. */
@@ -135,6 +138,42 @@ layer(harness(), options)("deletion by absence", (it) => {
       assert.strictEqual(row!.source, "crawl")
       const now = yield* listAll("/v1/annuity_contracts")
       assert.deepStrictEqual(yield* compareTable("annuity_contracts", now), [])
+    })
+  )
+})
+
+layer(harness({ alsoConnections: ["partner"] }), options)("two connections to one company", (it) => {
+  it.effect("a record the other connection still crawls is held back and named; once it stopped, it goes", () =>
+    Effect.gen(function* () {
+      const sql = yield* SqlClient
+      const sandbox = yield* Sandbox
+      // Both connections crawl the listing; then the record goes from the CRM.
+      yield* crawl("annuity_contracts", "partner")
+      yield* crawl("annuity_contracts")
+      const [victim] = yield* liveIds("annuity_contracts")
+      yield* sandbox.admin.actions.deleteAnnuityContract(victim!)
+
+      const first = yield* crawl("annuity_contracts")
+      assert.strictEqual(first.absent, 1)
+      const second = yield* crawl("annuity_contracts")
+      assert.strictEqual(second.deleted, 0)
+      assert.strictEqual(
+        second.note,
+        "1 record missing from two clean crawls kept: still tracked by connection partner (1)",
+        "partner's last crawl, a few minutes old, listed it"
+      )
+      assert.include(yield* liveIds("annuity_contracts"), victim!)
+
+      // partner stops crawling: its last clean crawl is now 19 hours old (over 3 × schedules.crawl).
+      yield* sql`UPDATE crm_sync.crawl_runs SET started_at = started_at - interval '19 hours',
+        finished_at = finished_at - interval '19 hours' WHERE connection = 'partner'`
+      const third = yield* crawl("annuity_contracts")
+      assert.strictEqual(third.deleted, 1)
+      assert.isNull(third.note)
+      const [row] = yield* sql<{ deleted_at: Date | null }>`
+        SELECT deleted_at FROM crm.annuity_contracts WHERE id = ${victim!}`
+      assert.isNotNull(row!.deleted_at, "marked deleted in the warehouse")
+      assert.deepStrictEqual(yield* compareTable("annuity_contracts", yield* listAll("/v1/annuity_contracts")), [])
     })
   )
 })

@@ -26,22 +26,22 @@ export interface HarnessOptions {
   readonly config?: Record<string, unknown>
   /** The connection's `limits` (default: unthrottled). */
   readonly limits?: Record<string, unknown>
+  /** More connections to the same sandbox and token, by name (two connections to one company). */
+  readonly alsoConnections?: ReadonlyArray<string>
 }
 
-/** The config of a single connection `default` to the sandbox. */
+/** The config of a connection `default` to the sandbox (and of `alsoConnections`, if any). */
 export const sandboxConfig = (options: HarnessOptions = {}) =>
   Layer.unwrap(
     Effect.map(Sandbox, (sandbox) =>
       AppConfig.layerFrom({
-        connections: [
-          {
-            name: "default",
-            base_url: sandbox.baseUrl,
-            credential: "personal",
-            token: sandbox.credentials.personalAccessToken,
-            limits: options.limits ?? unthrottled
-          }
-        ],
+        connections: ["default", ...(options.alsoConnections ?? [])].map((name) => ({
+          name,
+          base_url: sandbox.baseUrl,
+          credential: "personal",
+          token: sandbox.credentials.personalAccessToken,
+          limits: options.limits ?? unthrottled
+        })),
         ...options.config
       })
     )
