@@ -6,7 +6,7 @@
  * drive it; every write here runs inside the transaction of the batch (or the final step) it
  * describes, so the bookkeeping can never disagree with the warehouse. A record missed by two clean
  * crawls in a row is marked deleted (`finishClean`), unless another configured connection that
- * still crawls the listing tracks it (`HoldPolicy`).
+ * still crawls the listing tracks it (`HoldPolicy` of CrawlHolds).
  */
 import * as Context from "effect/Context"
 import * as DateTime from "effect/DateTime"
@@ -14,11 +14,11 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
-import { AppConfig, type AppConfigShape } from "../config/AppConfig.ts"
-import { needingReauthorization } from "../crm/Credentials.ts"
+import { AppConfig } from "../config/AppConfig.ts"
 import { percent } from "../observability/Text.ts"
 import { SqlClient } from "effect/sql/SqlClient"
 import type { SqlError } from "effect/sql/SqlError"
+import { eligibleHolders, heldBy, heldNote, holdFor, type HoldPolicy, holdPolicy, nothingHeld } from "./CrawlHolds.ts"
 import { CurrentLease } from "./JobLease.ts"
 import { type Resource, type Source, type UpsertResult, Warehouse } from "../warehouse/Warehouse.ts"
 import type { WarehouseError } from "../warehouse/WarehouseError.ts"
@@ -364,43 +364,9 @@ const countMisses = Effect.fnUntraced(function* (sql: SqlClient, run: CrawlRun) 
 })
 
 /**
- * The connections whose crawls may hold a record back from deletion: configured in this process,
- * not waiting for re-authorization (a refused grant crawls nothing), and with a clean crawl of the
- * listing finished within `HOLD_INTERVALS` of its schedule. A connection that stopped crawling
- * (removed, broken or just idle) would otherwise keep its last view of the records forever.
- */
-export interface HoldPolicy {
-  /** The configured connections, by name. */
-  readonly connections: ReadonlyArray<string>
-  /** How often a listing is crawled: a crawl older than `HOLD_INTERVALS` of it is stale. */
-  readonly interval: (resource: Resource) => Duration.Duration
-}
-
-/** A connection whose last clean crawl of a listing is older than this many intervals holds nothing. */
-export const HOLD_INTERVALS = 3
-
-/** The schedule each listing is crawled on: the crawls', the business crawl's, the reference refresh's. */
-export const listingInterval =
-  (schedules: AppConfigShape["schedules"]) =>
-  (resource: Resource): Duration.Duration =>
-    resource === "businesses"
-      ? schedules.business_crawl
-      : resource === "books" || resource === "project_templates"
-        ? schedules.reference
-        : schedules.crawl
-
-/** Which candidates another connection holds back, and who holds how many. */
-interface Held {
-  readonly ids: ReadonlySet<string>
-  readonly byConnection: ReadonlyArray<{ readonly connection: string; readonly records: number }>
-}
-
-const nothingHeld: Held = { ids: new Set(), byConnection: [] }
-
-/**
  * The candidates still tracked by another connection's crawls (two connections to one company see
  * the same records): seen by them, or missed by them fewer than twice. Only connections the
- * `HoldPolicy` admits count; what they hold is not deleted.
+ * `HoldPolicy` of CrawlHolds admits count; what they hold is not deleted.
  */
 const trackedElsewhere = Effect.fnUntraced(function* (
   sql: SqlClient,
@@ -408,12 +374,13 @@ const trackedElsewhere = Effect.fnUntraced(function* (
   run: CrawlRun,
   candidates: ReadonlyArray<string>
 ) {
-  const others = policy.connections.filter((name) => name !== run.connection)
-  if (candidates.length === 0 || others.length === 0) return nothingHeld
-  const reauthorizing = new Set(yield* needingReauthorization.pipe(Effect.provideService(SqlClient, sql), finishFailed))
-  const eligible = others.filter((name) => !reauthorizing.has(name))
+  if (candidates.length === 0) return nothingHeld
+  const eligible = yield* eligibleHolders(policy, run.connection).pipe(
+    Effect.provideService(SqlClient, sql),
+    finishFailed
+  )
   if (eligible.length === 0) return nothingHeld
-  const staleAfterMs = Duration.toMillis(policy.interval(run.resource)) * HOLD_INTERVALS
+  const staleAfterMs = Duration.toMillis(holdFor(policy, run.resource))
   const rows = yield* sql<{ connection: string; id: string }>`
     WITH holders AS (
       SELECT DISTINCT connection FROM crm_sync.crawl_runs
@@ -433,24 +400,8 @@ const trackedElsewhere = Effect.fnUntraced(function* (
     )
     SELECT DISTINCT held.connection, held.id
     FROM held JOIN unnest(${candidates}::text[]) AS c(id) ON c.id = held.id`.pipe(finishFailed)
-  const counts = new Map<string, number>()
-  for (const row of rows) counts.set(row.connection, (counts.get(row.connection) ?? 0) + 1)
-  return {
-    ids: new Set(rows.map((row) => row.id)),
-    byConnection: [...counts]
-      .toSorted(([a], [b]) => a.localeCompare(b))
-      .map(([connection, records]) => ({ connection, records }))
-  } satisfies Held
+  return heldBy(rows)
 })
-
-/** The note of records another connection held back: who, and how many. */
-const heldNote = (held: Held): string | null =>
-  held.ids.size === 0
-    ? null
-    : `${held.ids.size} record${held.ids.size === 1 ? "" : "s"} missing from two clean crawls kept: ` +
-      `still tracked by ${held.byConnection
-        .map(({ connection, records }) => `connection ${connection} (${records})`)
-        .join(", ")}`
 
 /**
  * Deletion by absence (spec §1: the v1 API has no DELETE and lists deleted records nowhere, so a
@@ -463,9 +414,9 @@ const heldNote = (held: Held): string | null =>
  * next. A crawl that fails or is cut short counts no misses and deletes nothing (it never gets
  * here), and neither does a resumed crawl finishing after a newer crawl of the same records began
  * (its early pages are older than that crawl's). A record another connection still tracks is kept
- * if that connection may hold it (`HoldPolicy`), and the run's `note` names who held how many. When
- * more than the configured share of the tracked records would go at once, nothing is deleted and
- * the run says so in `note`.
+ * if that connection may hold it (`HoldPolicy` of CrawlHolds), and the run's `note` names who held
+ * how many. When more than the configured share of the tracked records would go at once, nothing
+ * is deleted and the run says so in `note`.
  */
 const finishClean = (sql: SqlClient, policy: HoldPolicy) =>
   Effect.fn("CrawlRuns.finishClean")(function* (run: CrawlRun, options: FinishOptions) {
@@ -596,11 +547,7 @@ export class CrawlRuns extends Context.Service<
     Effect.gen(function* () {
       const sql = yield* SqlClient
       const warehouse = yield* Warehouse
-      const config = yield* AppConfig
-      const policy: HoldPolicy = {
-        connections: config.connections.map((connection) => connection.name),
-        interval: listingInterval(config.schedules)
-      }
+      const policy = holdPolicy(yield* AppConfig)
       return CrawlRuns.of({
         open: open(sql),
         recordBatch: recordBatch(sql, warehouse),
