@@ -82,6 +82,11 @@ const deliverFixture = (
 const prospectAt = (first_name: string, updated_at: string) => (body: Record<string, any>) =>
   Object.assign(body, { id: "pro_order", first_name, updated_at })
 
+const createdAs = (id: string) => (body: Record<string, any>) => Object.assign(body, { id, tier: "gold" })
+const updatedAs = (id: string) => (body: Record<string, any>) => {
+  body.client = { ...body.client, id, tier: "diamond" }
+}
+
 const drain = Effect.gen(function* () {
   const processor = yield* EventProcessor
   return yield* processor.drain
@@ -110,9 +115,11 @@ const count = (query: string) =>
   })
 
 layer(TestLayer, { excludeTestServices: true })("EventProcessor", (it) => {
-  it.effect("an older client snapshot, signed before a newer one but arriving after it, does not overwrite it", () =>
+  it.effect("a client snapshot signed earlier but applied after a newer one does not overwrite it", () =>
     Effect.gen(function* () {
-      // Clients carry no updated_at (spec §2.9): their snapshots are ordered by the signed time.
+      // Clients carry no updated_at (spec §2.9): their snapshots are ordered by the first signed
+      // time of their hook-id. Here the older one was applied late (say, its processing failed
+      // and was retried); a retry by the sender, re-signed later, is the test after this one.
       const signed = Date.parse("2026-02-01T10:00:00Z")
       yield* deliverFixture(
         "client.updated",
@@ -211,10 +218,6 @@ layer(TestLayer, { excludeTestServices: true })("EventProcessor", (it) => {
       // The creation's first attempt never reached the intake; its retry, signed five minutes
       // later, arrives after the debounced update (spec §6.4) that was signed a minute after it.
       const created = Date.parse("2026-02-01T10:00:00Z")
-      const createdAs = (id: string) => (body: Record<string, any>) => Object.assign(body, { id, tier: "gold" })
-      const updatedAs = (id: string) => (body: Record<string, any>) => {
-        body.client = { ...body.client, id, tier: "diamond" }
-      }
       // Across batches: the update applied, then the created retry.
       yield* deliverFixture("client.updated", updatedAs("cli_late_created"), created + 60_000)
       yield* drain
