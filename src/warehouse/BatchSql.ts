@@ -202,6 +202,10 @@ export const insertChildren = (child: ChildTable<unknown>): string => {
  * `deleted_at` (its data stays); an unknown id gets a tombstone (a row with only `id`,
  * `deleted_at`, `source`), so a snapshot arriving late still finds it deleted. A row already
  * deleted keeps its first `deleted_at`: a repeated delete changes nothing.
+ *
+ * A record is deleted after every version it had, so `deleted_at` is never before the stored
+ * `updated_at` (the CRM's clock): a late copy of a version already stored cannot undo the deletion
+ * however far the CRM's clock runs ahead of the time given (a by-id 404 has only ours).
  */
 export const markDeleted = (table: TableDescriptor<unknown>): string => {
   const t = `crm.${quote(table.table)}`
@@ -210,7 +214,7 @@ written AS (
   INSERT INTO ${t} AS t ("id", "deleted_at", "source", "synced_at")
   SELECT "id", $2::timestamptz, $3::text, now() FROM input
   ON CONFLICT ("id") DO UPDATE SET
-    "deleted_at" = excluded."deleted_at",
+    "deleted_at" = GREATEST(excluded."deleted_at", t."updated_at"),
     "source" = excluded."source",
     "synced_at" = excluded."synced_at"
   WHERE t."deleted_at" IS NULL

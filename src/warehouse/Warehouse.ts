@@ -275,8 +275,10 @@ export class Warehouse extends Context.Service<
     /** `upsert` of records already decoded by `prepare` (possibly several batches `combine`d). */
     readonly write: (prepared: Prepared, options: WriteOptions) => Effect.Effect<UpsertResult, WarehouseError>
     /**
-     * Marks records deleted at `at` (soft delete; unknown ids get a tombstone). Until a snapshot
-     * whose `updated_at` is after `at` arrives, the record stays deleted.
+     * Marks records deleted at `at`, or at their stored `updated_at` when that is later (soft
+     * delete; unknown ids get a tombstone). Until a snapshot whose `updated_at` is after that
+     * arrives, the record stays deleted. Give the CRM's time where there is one (a deletion's
+     * signed time): the snapshots it is compared with carry the CRM's clock.
      */
     readonly markDeleted: (
       resource: Resource,

@@ -25,7 +25,11 @@ export type Json = Readonly<Record<string, unknown>>
 
 /** The warehouse writes one event asks for. */
 export interface Writes {
-  readonly upserts: ReadonlyArray<{ readonly resource: Resource; readonly record: Json }>
+  /**
+   * `creation`: the record's first version (`client.created`), older than every update of it
+   * whatever the signed times say; it stands for no time, so it never replaces a stored client.
+   */
+  readonly upserts: ReadonlyArray<{ readonly resource: Resource; readonly record: Json; readonly creation?: true }>
   readonly deletes: ReadonlyArray<{ readonly resource: Resource; readonly id: string }>
   /** Parent ids a note envelope carries at top level (spec §6.3), kept on the note row. */
   readonly noteParent: { readonly id: string; readonly householdId: string } | null
@@ -104,6 +108,7 @@ const unshownWrites = (eventType: string, body: Json): Writes | string => {
  * Snapshots are upserted through the warehouse's forward-only guard (an older snapshot never
  * replaces a newer one, and a snapshot may be newer than its event, spec §6.1); `*.deleted` marks
  * the record deleted (a tombstone when it was never seen, so a late snapshot cannot resurrect it);
+ * `client.created` never replaces a client an update stored (a creation precedes every update);
  * `client.updated` adds its `changed_fields` to `crm.client_changes`; `meeting.transcript_ready`
  * asks for its transcript to be read.
  */
@@ -137,7 +142,7 @@ const writesOf = (event: CrmEvent, body: Json): Writes | string => {
       }
     }
     case "ClientCreated":
-      return { ...noWrites, upserts: [{ resource: "clients", record: withoutContext(body) }] }
+      return { ...noWrites, upserts: [{ resource: "clients", record: withoutContext(body), creation: true }] }
     case "ClientUpdated":
       return {
         ...noWrites,
@@ -201,14 +206,14 @@ export interface Applying {
 
 /** The warehouse calls a batch makes, in the order they are made. */
 export interface BatchWrites {
-  /** Per table in name order, records in id order, each with the time it stands for. */
+  /** Per table in name order, records in id order, each with the time it stands for (null: none). */
   readonly upserts: ReadonlyArray<{
     readonly resource: Resource
     readonly records: ReadonlyArray<Json>
-    readonly orderedAt: ReadonlyArray<string>
+    readonly orderedAt: ReadonlyArray<string | null>
   }>
   readonly transcripts: ReadonlyArray<Json>
-  /** Per table: distinct ids in order, and when they were deleted (epoch ms). */
+  /** Per table: distinct ids in order, and when they were deleted (epoch ms, the CRM's clock). */
   readonly deletes: ReadonlyArray<{
     readonly resource: Resource
     readonly ids: ReadonlyArray<string>
@@ -227,24 +232,28 @@ const snapshotMillis = (record: Json): number => {
 
 /** The writes of several rows, grouped per table and in a fixed order. */
 export const groupWrites = (items: ReadonlyArray<Applying>): BatchWrites => {
-  const upserts = new Map<Resource, Array<{ readonly record: Json; readonly at: string }>>()
+  const upserts = new Map<Resource, Array<{ readonly record: Json; readonly at: string | null }>>()
   const deletes = new Map<Resource, { ids: Array<string>; at: number }>()
   const noteParents: Array<{ readonly id: string; readonly householdId: string }> = []
   const clientChanges: Array<ClientChange> = []
   const transcripts: Array<Json> = []
   for (const { decision, transcript } of items) {
     const { row, writes } = decision
-    // A snapshot without an updated_at of its own (a client) stands for when it was signed.
-    const at = (row.signedAt ?? row.receivedAt).toISOString()
-    for (const { resource, record } of writes.upserts) {
+    // The CRM's time of the delivery: the first signed time seen for its hook-id (a retry is
+    // signed anew, and the intake keeps the first copy it stored). Our clock only for rows
+    // stored before signed times were kept.
+    const signed = row.signedAt ?? row.receivedAt
+    for (const { resource, record, creation } of writes.upserts) {
       const list = upserts.get(resource) ?? []
-      list.push({ record, at })
+      // A snapshot without an updated_at of its own (a client) stands for when it was signed,
+      // except a creation, which is older than every update of the record (docs/decisions.md).
+      list.push({ record, at: creation === true ? null : signed.toISOString() })
       upserts.set(resource, list)
     }
     for (const { resource, id } of writes.deletes) {
       const entry = deletes.get(resource) ?? { ids: [], at: 0 }
       entry.ids.push(id)
-      entry.at = Math.max(entry.at, row.receivedAt.getTime())
+      entry.at = Math.max(entry.at, signed.getTime())
       deletes.set(resource, entry)
     }
     if (writes.noteParent !== null) noteParents.push(writes.noteParent)
@@ -273,8 +282,9 @@ export const groupWrites = (items: ReadonlyArray<Applying>): BatchWrites => {
       }),
     transcripts,
     // A record created and deleted within one batch ends deleted (deletes follow the upserts).
-    // The deletion time is when the delivery arrived (the envelope carries none), and at least
-    // the newest snapshot of the batch, so no snapshot already seen can undo it.
+    // The deletion time is in the CRM's clock, never ours: the deletion's signed time (the
+    // envelope carries none), and at least the newest snapshot of the batch, so no snapshot
+    // already seen can undo it (markDeleted also keeps it at or after the stored updated_at).
     deletes: [...deletes].map(([resource, { ids, at }]) => ({
       resource,
       ids: [...new Set(ids)].toSorted(),

@@ -61,11 +61,11 @@ export class InboxWriter extends Context.Service<
         const queue = yield* Queue.bounded<Waiting>(options.capacity ?? 8192)
 
         const write = Effect.fnUntraced(function* (batch: ReadonlyArray<Waiting>) {
-          // Repeats of one hook-id in a batch (a sender's parallel retries) become one row.
-          const rows = new Map<string, InboxRow>()
-          for (const waiting of batch) if (!rows.has(waiting.row.hookId)) rows.set(waiting.row.hookId, waiting.row)
-          const exit = yield* Effect.exit(inbox.insert([...rows.values()]))
-          yield* Metrics.observe(Metrics.webhookInboxBatchRows, rows.size)
+          // Repeats of one hook-id in a batch (a sender's parallel retries, or its copies to two
+          // endpoints) become one row in `insert`, which keeps the copy that knows its event type.
+          const rows = batch.map((waiting) => waiting.row)
+          const exit = yield* Effect.exit(inbox.insert(rows))
+          yield* Metrics.observe(Metrics.webhookInboxBatchRows, new Set(rows.map((row) => row.hookId)).size)
           if (exit._tag === "Failure") {
             // Defects too: the writer must outlive any one batch, or every later request would hang.
             const error = new InboxUnavailable({

@@ -49,7 +49,10 @@ export interface ClaimedRow {
   /** Claims so far, this one included. */
   readonly attempts: number
   readonly receivedAt: Date
-  /** When the sender signed it (its hook-timestamp); null for rows stored before that was kept. */
+  /**
+   * When the sender signed it (its hook-timestamp): the earliest of the copies stored under its
+   * hook-id, since a retry is signed anew. Null for rows stored before that was kept.
+   */
   readonly signedAt: Date | null
 }
 
@@ -91,12 +94,20 @@ const textArray = (values: ReadonlyArray<string | null>) => Result.getOrThrow(Pg
 const byteaArray = (values: ReadonlyArray<Uint8Array>) => Result.getOrThrow(PgTypes.array(values, PgTypes.OID.bytea))
 const float8Array = (values: ReadonlyArray<number>) => Result.getOrThrow(PgTypes.array(values, PgTypes.OID.float8))
 
-/** One row per hook id, preferring a copy that knows its event type (see `insert`). */
+/**
+ * One row per hook id, preferring a copy that knows its event type (see `insert`), with the
+ * earliest signed time of the copies (each attempt is signed anew).
+ */
 const oneCopyPerHook = (rows: ReadonlyArray<InboxRow>): ReadonlyArray<InboxRow> => {
   const byHook = new Map<string, InboxRow>()
   for (const row of rows) {
     const kept = byHook.get(row.hookId)
-    if (kept === undefined || (kept.eventType === null && row.eventType !== null)) byHook.set(row.hookId, row)
+    if (kept === undefined) {
+      byHook.set(row.hookId, row)
+      continue
+    }
+    const typed = kept.eventType === null && row.eventType !== null ? row : kept
+    byHook.set(row.hookId, { ...typed, signedAt: Math.min(kept.signedAt, row.signedAt) })
   }
   return byHook.size === rows.length ? rows : [...byHook.values()]
 }
@@ -117,6 +128,10 @@ const rowsAffected = (rows: ReadonlyArray<{ readonly n: number | bigint }>) => N
 // copy completes an untyped row it finds — type, endpoint, body, back to pending — unless
 // that row was already applied; every other repeat is left alone. The batch keeps one copy
 // per hook id, the typed one where there is one (an upsert may touch a row only once).
+//
+// A row keeps the first signed time seen for its hook id: a sender signs every attempt with
+// the time of that attempt, so a completing copy that was retried carries a later time than
+// the message has (its clients are ordered by it, EventWrites.ts).
 const insert = (sql: SqlClient) =>
   Effect.fnUntraced(function* (rows: ReadonlyArray<InboxRow>) {
     if (rows.length === 0) return new Set<string>()
@@ -137,7 +152,7 @@ const insert = (sql: SqlClient) =>
       ) AS r(hook_id, endpoint, event_type, body, status, last_error, signed_ms)
       ON CONFLICT (hook_id) DO UPDATE
         SET endpoint = excluded.endpoint, event_type = excluded.event_type, body = excluded.body,
-            signed_at = excluded.signed_at,
+            signed_at = LEAST(inbox.signed_at, excluded.signed_at),
             status = excluded.status, last_error = excluded.last_error, attempts = 0,
             next_attempt_at = now(), processed_at = excluded.processed_at, locked_by = NULL, locked_at = NULL
         WHERE inbox.event_type IS NULL AND excluded.event_type IS NOT NULL AND inbox.status <> 'processed'

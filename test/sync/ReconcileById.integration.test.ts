@@ -140,6 +140,37 @@ layer(harness(), options)("by-id reconciliation", (it) => {
       assert.deepInclude(quiet.by_id!, { known: 3, checked: 3, repaired: 0, deleted: 0 })
     })
   )
+
+  it.effect("with the CRM's clock 120 s ahead, a by-id 404 is not undone by a late copy of the last version", () =>
+    Effect.gen(function* () {
+      const sandbox = yield* Sandbox
+      const warehouse = yield* Warehouse
+      // The CRM's clock runs two minutes ahead of ours (inside the accepted webhook tolerance).
+      yield* sandbox.admin.advanceClock("120 seconds")
+      const books = new Set((yield* listAll("/v1/books")).map((book) => String(book.id)))
+      const meeting = (yield* sandbox.admin.records("meetings"))
+        .map((row) => row as { readonly id: string; readonly book_id: string })
+        .filter((row) => books.has(row.book_id))
+        .at(-1)!
+      // Edited just before its deletion; an earlier run read that version by id.
+      yield* sandbox.admin.actions.updateMeeting(meeting.id, { title: "Edited just before its deletion" })
+      const read = yield* apiRead(`/v1/meetings/${meeting.id}`)
+      yield* warehouse.upsert("meetings", [read], { source: "reconcile" })
+      yield* sandbox.admin.actions.deleteMeeting(meeting.id)
+
+      const report = yield* runOnce
+      assert.strictEqual(report.status, "complete")
+      assert.strictEqual(report.by_id!.deleted, 1)
+      assert.isNotNull((yield* rowOf("meetings", meeting.id)).deleted_at)
+
+      // The webhook of that last edit, whose first attempt failed, arrives now: an event's snapshot
+      // of the same version (with the linked contacts and businesses a read does not carry).
+      const late = { ...asEventSnapshot(read), contacts: [], businesses: [] }
+      yield* warehouse.upsert("meetings", [late], { source: "webhook" })
+      const after = yield* rowOf("meetings", meeting.id)
+      assert.isNotNull(after.deleted_at, "a version from before the 404 does not bring the meeting back")
+    })
+  )
 })
 
 const smallAllowance = harness({ limits: { token: 40, company: 1_000_000, ip: 1_000_000, window: "4 seconds" } })

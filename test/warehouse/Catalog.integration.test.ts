@@ -28,6 +28,11 @@ layer(TestDatabase, { timeout: 60_000, excludeTestServices: true })("the warehou
         (column) => column.table === "financial_accounts" && column.column === "balance_in_cents"
       )
       assert.include(balance?.comment ?? "", "cents")
+      // Migration 0020: what a client's updated_at and a deleted task's deleted_at hold.
+      const comment = (table: string, column: string) =>
+        catalog.columns.find((c) => c.table === table && c.column === column)?.comment ?? ""
+      assert.include(comment("clients", "updated_at"), "first signed time")
+      assert.include(comment("tasks", "deleted_at"), "in the CRM's clock")
     })
   )
 

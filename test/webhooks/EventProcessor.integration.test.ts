@@ -14,7 +14,7 @@ import { TranscriptReader } from "../../src/webhooks/TranscriptReader.ts"
 import { WebhookInbox } from "../../src/webhooks/WebhookInbox.ts"
 import { eventFixture, EventFixtures, resourceFixture } from "../fixtures/Fixtures.ts"
 import { TestDatabase } from "../support/TestDatabase.ts"
-import { enqueue, makeSecret } from "./harness.ts"
+import { enqueue, hookId, makeSecret } from "./harness.ts"
 
 /** What the stubbed transcript read does, per meeting id: fail (5xx), 404, or answer the fixture. */
 const transcriptMode = new Map<string, "fail" | "missing">()
@@ -82,6 +82,11 @@ const deliverFixture = (
 const prospectAt = (first_name: string, updated_at: string) => (body: Record<string, any>) =>
   Object.assign(body, { id: "pro_order", first_name, updated_at })
 
+const createdAs = (id: string) => (body: Record<string, any>) => Object.assign(body, { id, tier: "gold" })
+const updatedAs = (id: string) => (body: Record<string, any>) => {
+  body.client = { ...body.client, id, tier: "diamond" }
+}
+
 const drain = Effect.gen(function* () {
   const processor = yield* EventProcessor
   return yield* processor.drain
@@ -110,9 +115,11 @@ const count = (query: string) =>
   })
 
 layer(TestLayer, { excludeTestServices: true })("EventProcessor", (it) => {
-  it.effect("an older client snapshot, signed before a newer one but arriving after it, does not overwrite it", () =>
+  it.effect("a client snapshot signed earlier but applied after a newer one does not overwrite it", () =>
     Effect.gen(function* () {
-      // Clients carry no updated_at (spec §2.9): their snapshots are ordered by the signed time.
+      // Clients carry no updated_at (spec §2.9): their snapshots are ordered by the first signed
+      // time of their hook-id. Here the older one was applied late (say, its processing failed
+      // and was retried); a retry by the sender, re-signed later, is the test after this one.
       const signed = Date.parse("2026-02-01T10:00:00Z")
       yield* deliverFixture(
         "client.updated",
@@ -137,6 +144,137 @@ layer(TestLayer, { excludeTestServices: true })("EventProcessor", (it) => {
       )
       yield* drain
       assert.strictEqual((yield* row("clients", "cli_order"))?.tier, "platinum", "a newer one applies")
+    })
+  )
+
+  it.effect(
+    "a client.updated retried after a newer one was applied, re-signed at its retry, does not overwrite it",
+    () =>
+      Effect.gen(function* () {
+        // A sender signs every attempt with that attempt's time (Standard Webhooks). M1's copy on the
+        // all-types endpoint was stored at once (typeless, set aside); its copy on its own endpoint
+        // failed and comes back five minutes later, re-signed. M2, newer, was applied in between.
+        const first = Date.parse("2026-02-01T10:00:00Z")
+        const m1 = eventFixture("client.updated") as Record<string, any>
+        m1.client = { ...m1.client, id: "cli_retried", tier: "gold" }
+        m1.changed_fields = ["tier"]
+        const m1Hook = yield* enqueue(m1, { endpoint: "default", signedAt: first })
+        yield* drain
+        yield* deliverFixture(
+          "client.updated",
+          (body) => {
+            body.client = { ...body.client, id: "cli_retried", tier: "silver" }
+            body.changed_fields = ["tier"]
+          },
+          first + 60_000
+        )
+        yield* drain
+        assert.strictEqual((yield* row("clients", "cli_retried"))?.tier, "silver")
+
+        yield* enqueue(m1, {
+          endpoint: "client-updated",
+          eventType: "client.updated",
+          id: m1Hook,
+          signedAt: first + 300_000
+        })
+        yield* drain
+        assert.strictEqual((yield* inboxRow(m1Hook)).status, "processed", "the retried copy completed its row")
+        const client = yield* row("clients", "cli_retried")
+        assert.strictEqual(client?.tier, "silver", "M1's retry, first signed before M2, does not undo M2")
+        assert.strictEqual(client?.updated_at.toISOString(), "2026-02-01T10:01:00.000Z")
+      })
+  )
+
+  it.effect(
+    "copies of one hook-id stored in one batch keep the copy that knows its type, with the first signed time",
+    () =>
+      Effect.gen(function* () {
+        // The intake's group commit can carry a message's copy on the all-types endpoint and a
+        // retried copy on its own endpoint in one INSERT.
+        const first = Date.parse("2026-02-01T10:00:00Z")
+        yield* deliverFixture(
+          "client.updated",
+          (body) => (body.client = { ...body.client, id: "cli_batch" }),
+          first + 60_000
+        )
+        yield* drain
+        const m1 = eventFixture("client.updated") as Record<string, any>
+        m1.client = { ...m1.client, id: "cli_batch", tier: "gold" }
+        const body = new TextEncoder().encode(JSON.stringify(m1))
+        const copy = { hookId: hookId(), body, status: "pending", error: null } as const
+        const inbox = yield* WebhookInbox
+        yield* inbox.insert([
+          { ...copy, endpoint: "default", eventType: null, signedAt: first },
+          { ...copy, endpoint: "client-updated", eventType: "client.updated", signedAt: first + 300_000 }
+        ])
+        yield* drain
+        assert.strictEqual((yield* inboxRow(copy.hookId)).status, "processed")
+        assert.strictEqual((yield* row("clients", "cli_batch"))?.tier, "diamond", "the newer snapshot stays")
+      })
+  )
+
+  it.effect("a client.created retried after a client.updated never overwrites it, in any order or batch", () =>
+    Effect.gen(function* () {
+      // The creation's first attempt never reached the intake; its retry, signed five minutes
+      // later, arrives after the debounced update (spec §6.4) that was signed a minute after it.
+      const created = Date.parse("2026-02-01T10:00:00Z")
+      // Across batches: the update applied, then the created retry.
+      yield* deliverFixture("client.updated", updatedAs("cli_late_created"), created + 60_000)
+      yield* drain
+      yield* deliverFixture("client.created", createdAs("cli_late_created"), created + 300_000)
+      yield* drain
+      assert.strictEqual((yield* row("clients", "cli_late_created"))?.tier, "diamond", "updated, then created")
+
+      // The created retry applied first, then the update (signed before it) processed after it.
+      yield* deliverFixture("client.created", createdAs("cli_created_first"), created + 300_000)
+      yield* drain
+      assert.strictEqual((yield* row("clients", "cli_created_first"))?.tier, "gold")
+      yield* deliverFixture("client.updated", updatedAs("cli_created_first"), created + 60_000)
+      yield* drain
+      assert.strictEqual((yield* row("clients", "cli_created_first"))?.tier, "diamond", "created, then updated")
+
+      // Both in one batch.
+      yield* deliverFixture("client.updated", updatedAs("cli_one_batch"), created + 60_000)
+      yield* deliverFixture("client.created", createdAs("cli_one_batch"), created + 300_000)
+      yield* drain
+      assert.strictEqual((yield* row("clients", "cli_one_batch"))?.tier, "diamond", "one batch")
+    })
+  )
+
+  it.effect("with the CRM's clock 120 s ahead, a late retry of the last update does not undo a deletion", () =>
+    Effect.gen(function* () {
+      // Times in the CRM's clock, two minutes ahead of ours (inside the accepted tolerance).
+      const crmNow = Date.now() + 120_000
+      const cases = [
+        { resource: "tasks", updated: "task.updated", deleted: "task.deleted", key: "task" },
+        { resource: "meetings", updated: "meeting.updated", deleted: "meeting.deleted", key: "meeting" },
+        { resource: "notes", updated: "note.updated", deleted: "note.deleted", key: "note" }
+      ] as const
+      for (const { resource, updated, deleted, key } of cases) {
+        const id = `${key}_skewed`
+        const lastUpdate = (body: Record<string, any>) => {
+          body.id = id
+          body[key] = { ...body[key], id, updated_at: new Date(crmNow - 5_000).toISOString() }
+        }
+        // An earlier version was applied; the last update's first attempt failed.
+        yield* deliverFixture(
+          updated,
+          (body) => {
+            lastUpdate(body)
+            body[key].updated_at = new Date(crmNow - 60_000).toISOString()
+          },
+          crmNow - 60_000
+        )
+        yield* deliverFixture(deleted, (body) => (body.id = id), crmNow)
+        yield* drain
+        assert.isNotNull((yield* row(resource, id))?.deleted_at, `${resource}: deleted`)
+        // The retry of the last update from before the deletion, re-signed at its attempt.
+        yield* deliverFixture(updated, lastUpdate, crmNow + 60_000)
+        yield* drain
+        const stored = yield* row(resource, id)
+        assert.isNotNull(stored?.deleted_at, `${resource}: a snapshot from before the deletion does not undo it`)
+        assert.strictEqual(stored?.deleted_at.getTime(), crmNow, `${resource}: deleted at the deletion's signed time`)
+      }
     })
   )
 

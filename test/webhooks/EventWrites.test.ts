@@ -14,7 +14,12 @@ const encoder = new TextEncoder()
 /** A claimed row carrying `body`, typed as the intake would have typed it. */
 const claimed = (
   body: string | JsonObject,
-  options: { readonly hookId?: string; readonly eventType?: string; readonly receivedAt?: string } = {}
+  options: {
+    readonly hookId?: string
+    readonly eventType?: string
+    readonly receivedAt?: string
+    readonly signedAt?: string
+  } = {}
 ): ClaimedRow => ({
   hookId: options.hookId ?? "msg_1",
   endpoint: "default",
@@ -23,7 +28,7 @@ const claimed = (
   body: encoder.encode(typeof body === "string" ? body : JSON.stringify(body)),
   attempts: 1,
   receivedAt: new Date(options.receivedAt ?? "2025-03-14T10:00:00Z"),
-  signedAt: null
+  signedAt: options.signedAt === undefined ? null : new Date(options.signedAt)
 })
 
 const applied = (decision: Decision): ApplyDecision =>
@@ -121,6 +126,26 @@ describe("groupWrites", () => {
       ])
       assert.deepStrictEqual(writes.noteParents, [{ id: "nte_90017", householdId: "hh_204" }])
       assert.deepStrictEqual(writes.clientChanges, [])
+    })
+  )
+
+  it.effect("dates in the CRM's clock: a deletion by its signed time, a client.created by none", () =>
+    Effect.gen(function* () {
+      // Received a minute before it was signed: the CRM's clock runs ahead of ours.
+      const times = { receivedAt: "2025-03-14T10:00:00Z", signedAt: "2025-03-14T10:01:00Z" }
+      const rows = [
+        claimed(eventFixture("client.created"), { ...times, hookId: "a", eventType: "client.created" }),
+        claimed({ ...eventFixture("task.deleted"), id: "tsk_2" }, { ...times, hookId: "b" })
+      ]
+      const decisions = yield* Effect.forEach(rows, decide)
+      const writes = groupWrites(decisions.map((decision) => ({ decision: applied(decision) })))
+      assert.deepStrictEqual(
+        writes.upserts.map(({ resource, orderedAt }) => ({ resource, orderedAt })),
+        [{ resource: "clients", orderedAt: [null] }]
+      )
+      assert.deepStrictEqual(writes.deletes, [
+        { resource: "tasks", ids: ["tsk_2"], at: DateTime.toEpochMillis(DateTime.makeUnsafe(times.signedAt)) }
+      ])
     })
   )
 })

@@ -95,7 +95,13 @@ layer(processorLifecycle("live").pipe(Layer.provideMerge(Base)), { excludeTestSe
           client: { ...(eventFixture("client.updated").client as object), id: "cli_typeless" }
         })
         const id = hookId()
-        const untyped = yield* post("/webhooks/default", body, signedHeaders(secret, id, body))
+        // Its own endpoint's copy comes later, re-signed at that attempt: the row keeps the first time.
+        const firstSigned = Math.floor(Date.now() / 1000) - 240
+        const untyped = yield* post(
+          "/webhooks/default",
+          body,
+          signedHeaders(secret, id, body, { timestamp: firstSigned })
+        )
         assert.strictEqual(untyped.status, 200)
         yield* eventually(
           Effect.map(
@@ -119,6 +125,12 @@ layer(processorLifecycle("live").pipe(Layer.provideMerge(Base)), { excludeTestSe
             `SELECT event_type || ' on ' || endpoint AS v FROM crm_sync.webhook_inbox WHERE hook_id = '${id}'`
           ),
           "client.updated on client-updated"
+        )
+        assert.strictEqual(
+          yield* scalar(
+            `SELECT extract(epoch FROM signed_at)::int AS v FROM crm_sync.webhook_inbox WHERE hook_id = '${id}'`
+          ),
+          firstSigned
         )
 
         // The other order: the typed copy first; the untyped one after it is a plain duplicate.
