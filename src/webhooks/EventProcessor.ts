@@ -78,8 +78,8 @@ const addReports = (a: BatchReport, b: BatchReport): BatchReport => ({
 /** Processed rows are kept at least this long: longer than any sender's retries (issue 6). */
 export const MINIMUM_RETENTION = Duration.days(7)
 
-/** A transcript read, with a note when the meeting has gone (404: no response). */
-type TranscriptOutcome = TranscriptRead & { readonly missing?: string }
+/** A transcript read, or a note on why there is none (404: the meeting is gone). */
+type TranscriptOutcome = { readonly read: TranscriptRead } | { readonly missing: string }
 
 /** A row ready to be applied, with the transcript read for it (or a note on why there is none). */
 type Ready = Applying & { readonly note?: string }
@@ -143,17 +143,13 @@ const readTranscript = (p: Processor, item: ApplyDecision) =>
   Effect.flatMap(p.warehouse.readStarted, (readAt) => {
     const meetingId = item.writes.transcriptOf!
     return p.transcripts.read(item.row.endpoint, meetingId).pipe(
-      Effect.map((raw): TranscriptOutcome => ({ meetingId, raw, readAt })),
-      // The meeting is gone (deleted since): its stored transcript is retired, and the row is done.
+      Effect.map((raw): TranscriptOutcome => ({ read: { meetingId, raw, readAt } })),
+      // The meeting is gone (deleted since): nothing to read, and the row is still done. Its
+      // transcript is retired by the meeting's deletion (its event, or the by-id check), not by
+      // this 404, which a connection that cannot see the meeting would also get.
       Effect.catchIf(
         (error) => error instanceof CrmError && error.reason._tag === "NotFound",
-        () =>
-          Effect.succeed<TranscriptOutcome>({
-            meetingId,
-            raw: undefined,
-            readAt,
-            missing: "transcript not found (404): the meeting is gone"
-          })
+        () => Effect.succeed<TranscriptOutcome>({ missing: "transcript not found (404): the meeting is gone" })
       )
     )
   })
@@ -178,10 +174,8 @@ const followUp = Effect.fnUntraced(function* (p: Processor, applying: ReadonlyAr
     if (outcome === undefined) ready.push({ decision })
     else if (outcome._tag === "Failure") {
       failures.push(failureOf(decision, `transcript read failed: ${describe(outcome.cause)}`))
-    } else {
-      const { missing, ...transcript } = outcome.value
-      ready.push(missing === undefined ? { decision, transcript } : { decision, transcript, note: missing })
-    }
+    } else if ("read" in outcome.value) ready.push({ decision, transcript: outcome.value.read })
+    else ready.push({ decision, note: outcome.value.missing })
   }
   return { ready, failures }
 })
