@@ -5,7 +5,8 @@
  * subscription (spec §3), would leave their rows stale for good. A run re-reads the ids the
  * warehouse knows in the connection's books, least recently checked first (`crm_sync.by_id_checks`),
  * within a cap: a newer version is written (`source = reconcile`, forward-only), a 404 marks the row
- * deleted, and the single-meeting read fills `event_participants`, which no event carries.
+ * deleted, and the single-meeting read fills `event_participants`, which no event carries. A meeting
+ * with a stored, live transcript has its transcript read again too (one more request).
  */
 import * as DateTime from "effect/DateTime"
 import * as Effect from "effect/Effect"
@@ -142,6 +143,34 @@ const recordCheck = (connection: string, row: Candidate, outcome: Outcome) =>
       ON CONFLICT (connection, resource, id) DO UPDATE SET checked_at = excluded.checked_at, outcome = excluded.outcome`
   )
 
+/**
+ * Reads again the transcript of a meeting that has a stored, live one: a transcript that became
+ * hidden sends no event (spec §6.4), and its read answers null, which retires the stored one (as
+ * does a 404). The read is stamped before it starts (`Warehouse.readStarted`), so it is ordered
+ * with the processor's reads of the same transcript. Returns the rows changed; a 403 changes nothing.
+ */
+const recheckTranscript = (
+  client: CrmClientShape,
+  meetingId: string,
+  count: <A, E>(effect: Effect.Effect<A, E>) => Effect.Effect<A, E>
+) =>
+  Effect.gen(function* () {
+    const warehouse = yield* Warehouse
+    const readAt = yield* warehouse.readStarted
+    const read = yield* count(client.getTranscript(meetingId, { priority: "bulk" })).pipe(
+      Effect.map((received): { raw: unknown } | undefined => ({ raw: received.raw })),
+      Effect.catchIf(
+        (error) => isNotFound(error) || isForbidden(error),
+        (error) => Effect.succeed(isNotFound(error) ? { raw: undefined } : undefined)
+      )
+    )
+    if (read === undefined) return 0
+    const { written, retired } = yield* warehouse.writeTranscripts([{ meetingId, raw: read.raw, readAt }], {
+      source: "reconcile"
+    })
+    return written + retired
+  })
+
 /** Reads one candidate (its requests counted by `count`) and writes what differs. */
 const checkOne = (
   client: CrmClientShape,
@@ -168,7 +197,8 @@ const checkOne = (
     }
     const counts = yield* warehouse.upsert(row.resource, [received.value.raw], { source: "reconcile" })
     if (counts.rejected > 0) return "rejected" as const
-    return counts.inserted + counts.updated > 0 ? ("repaired" as const) : ("current" as const)
+    const transcript = row.live_transcript ? yield* recheckTranscript(client, row.id, count) : 0
+    return counts.inserted + counts.updated + transcript > 0 ? ("repaired" as const) : ("current" as const)
   })
 
 /**

@@ -27,6 +27,7 @@ import {
   storable
 } from "./Rows.ts"
 import { type ReferenceResource, type Resource, type ResourceRecord, type Row, type Source, Tables } from "./Tables.ts"
+import * as Transcripts from "./TranscriptWrites.ts"
 import { isRecordLevel, type WarehouseError } from "./WarehouseError.ts"
 import * as Reads from "./WarehouseReads.ts"
 import * as Writes from "./WarehouseWrites.ts"
@@ -142,6 +143,16 @@ export interface ClientChange {
   readonly bookId?: string | null | undefined
 }
 
+/**
+ * One read of a meeting's transcript: the response as received (undefined: the read answered 404),
+ * and when the read started, by the database's clock (`Warehouse.readStarted`).
+ */
+export interface TranscriptRead {
+  readonly meetingId: string
+  readonly raw: unknown
+  readonly readAt: string
+}
+
 /** How a listed record compares with its row (`Warehouse.compareListed`). */
 export type ListedState = "absent" | "deleted" | "stale" | "current"
 
@@ -154,6 +165,8 @@ export interface KnownRecord {
   readonly household_id: string | null
   /** When crm-sync last wrote the row, epoch milliseconds. */
   readonly synced_ms: number
+  /** A meeting with a stored, live transcript (its by-id check reads the transcript too). */
+  readonly live_transcript: boolean
 }
 
 /** A stored row, with its record decoded from `raw` (null for a tombstone). */
@@ -279,6 +292,7 @@ export class Warehouse extends Context.Service<
      * delete; unknown ids get a tombstone). Until a snapshot whose `updated_at` is after that
      * arrives, the record stays deleted. Give the CRM's time where there is one (a deletion's
      * signed time): the snapshots it is compared with carry the CRM's clock.
+     * Deleting meetings retires their transcripts in the same transaction (TranscriptWrites.ts).
      */
     readonly markDeleted: (
       resource: Resource,
@@ -286,6 +300,19 @@ export class Warehouse extends Context.Service<
       at: DateTime.Utc,
       options: WriteOptions
     ) => Effect.Effect<DeleteResult, WarehouseError>
+    /**
+     * The database's clock (ISO 8601, microseconds), taken just before a transcript read: the
+     * order in which `writeTranscripts` applies reads, whichever commits last.
+     */
+    readonly readStarted: Effect.Effect<string, WarehouseError>
+    /**
+     * Writes transcript reads, the read started last winning: a transcript is upserted; none (a
+     * null transcript, a 404) retires the stored one (marked deleted, its text and segments removed).
+     */
+    readonly writeTranscripts: (
+      reads: ReadonlyArray<TranscriptRead>,
+      options: WriteOptions
+    ) => Effect.Effect<{ readonly written: number; readonly retired: number }, WarehouseError>
     /** Clears `deleted_at` of the given ids (a crawl saw them again); returns how many were deleted. */
     readonly undelete: (
       resource: Resource,
@@ -344,11 +371,29 @@ export class Warehouse extends Context.Service<
       const sql = yield* SqlClient
       const write = Writes.write(sql)
       const row = Reads.row(sql)
+      const markDeleted = Writes.markDeleted(sql)
+      const retireTranscripts = Transcripts.retireTranscripts(sql)
+      const writeTranscripts = Transcripts.writeTranscripts(
+        sql,
+        (records, orderedAt, source) => write(prepare("meeting_transcripts", records, orderedAt), { source }),
+        retireTranscripts
+      )
       return Warehouse.of({
         write,
         upsert: (resource, records, options) =>
           Effect.suspend(() => write(prepare(resource, records, options.orderedAt), options)),
-        markDeleted: Writes.markDeleted(sql),
+        markDeleted: (resource, ids, at, options) =>
+          resource !== "meetings"
+            ? markDeleted(resource, ids, at, options)
+            : Transcripts.withTranscriptsRetired(
+                sql,
+                retireTranscripts,
+                markDeleted(resource, ids, at, options),
+                ids,
+                options.source
+              ),
+        readStarted: Transcripts.readStarted(sql),
+        writeTranscripts: (reads, options) => writeTranscripts(reads, options.source),
         undelete: Writes.undelete(sql),
         recordClientChange: Writes.recordClientChange(sql),
         recordClientChanges: Writes.recordClientChanges(sql),

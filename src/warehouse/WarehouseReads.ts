@@ -57,13 +57,16 @@ export const knownInBooks = (sql: SqlClient) =>
     function* (books: ReadonlyArray<string>) {
       return yield* sql<KnownRecord>`
       SELECT 'tasks'::text AS resource, id, NULL::text AS notable_type, NULL::text AS notable_id,
-             NULL::text AS household_id, (extract(epoch FROM synced_at) * 1000)::float8 AS synced_ms
+             NULL::text AS household_id, (extract(epoch FROM synced_at) * 1000)::float8 AS synced_ms,
+             false AS live_transcript
         FROM crm."tasks" WHERE deleted_at IS NULL AND book_id = ANY(${books}::text[])
       UNION ALL
-      SELECT 'meetings', id, NULL, NULL, NULL, (extract(epoch FROM synced_at) * 1000)::float8
-        FROM crm."meetings" WHERE deleted_at IS NULL AND book_id = ANY(${books}::text[])
+      SELECT 'meetings', m.id, NULL, NULL, NULL, (extract(epoch FROM m.synced_at) * 1000)::float8,
+             EXISTS (SELECT 1 FROM crm."meeting_transcripts" t
+                     WHERE t.id = m.id AND t.deleted_at IS NULL AND t.has_transcript)
+        FROM crm."meetings" m WHERE m.deleted_at IS NULL AND m.book_id = ANY(${books}::text[])
       UNION ALL
-      SELECT 'notes', id, notable_type, notable_id, household_id, (extract(epoch FROM synced_at) * 1000)::float8
+      SELECT 'notes', id, notable_type, notable_id, household_id, (extract(epoch FROM synced_at) * 1000)::float8, false
         FROM crm."notes" WHERE deleted_at IS NULL AND book_id = ANY(${books}::text[])`
     },
     Effect.mapError(toWarehouseError("knownInBooks", "tasks"))

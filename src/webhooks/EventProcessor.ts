@@ -24,7 +24,7 @@ import { AppConfig } from "../config/AppConfig.ts"
 import { CrmError } from "../crm/CrmError.ts"
 import * as Metrics from "../observability/Metrics.ts"
 import { oneLine } from "../observability/Text.ts"
-import { Warehouse } from "../warehouse/Warehouse.ts"
+import { type TranscriptRead, Warehouse } from "../warehouse/Warehouse.ts"
 import { WarehouseError } from "../warehouse/WarehouseError.ts"
 import {
   type Applying,
@@ -78,8 +78,8 @@ const addReports = (a: BatchReport, b: BatchReport): BatchReport => ({
 /** Processed rows are kept at least this long: longer than any sender's retries (issue 6). */
 export const MINIMUM_RETENTION = Duration.days(7)
 
-/** A transcript read's outcome: the raw response, or none because the meeting has gone (404). */
-type TranscriptOutcome = { readonly raw: unknown } | { readonly missing: string }
+/** A transcript read, or a note on why there is none (404: the meeting is gone). */
+type TranscriptOutcome = { readonly read: TranscriptRead } | { readonly missing: string }
 
 /** A row ready to be applied, with the transcript read for it (or a note on why there is none). */
 type Ready = Applying & { readonly note?: string }
@@ -135,15 +135,24 @@ interface Processor {
   readonly transcriptConcurrency: number
 }
 
-const readTranscript = (transcripts: TranscriptReader["Service"], item: ApplyDecision) =>
-  transcripts.read(item.row.endpoint, item.writes.transcriptOf!).pipe(
-    Effect.map((raw): TranscriptOutcome => ({ raw })),
-    // The meeting is gone (deleted since): nothing to read, and the row is still done.
-    Effect.catchIf(
-      (error) => error instanceof CrmError && error.reason._tag === "NotFound",
-      () => Effect.succeed<TranscriptOutcome>({ missing: "transcript not found (404): the meeting is gone" })
+/**
+ * One transcript read, stamped with the database's clock as it starts: of two reads of one
+ * meeting, the one started later is kept, whichever batch commits last.
+ */
+const readTranscript = (p: Processor, item: ApplyDecision) =>
+  Effect.flatMap(p.warehouse.readStarted, (readAt) => {
+    const meetingId = item.writes.transcriptOf!
+    return p.transcripts.read(item.row.endpoint, meetingId).pipe(
+      Effect.map((raw): TranscriptOutcome => ({ read: { meetingId, raw, readAt } })),
+      // The meeting is gone (deleted since): nothing to read, and the row is still done. Its
+      // transcript is retired by the meeting's deletion (its event, or the by-id check), not by
+      // this 404, which a connection that cannot see the meeting would also get.
+      Effect.catchIf(
+        (error) => error instanceof CrmError && error.reason._tag === "NotFound",
+        () => Effect.succeed<TranscriptOutcome>({ missing: "transcript not found (404): the meeting is gone" })
+      )
     )
-  )
+  })
 
 /**
  * The follow-up reads: `meeting.transcript_ready` reads the transcript (TranscriptReader,
@@ -158,14 +167,14 @@ const followUp = Effect.fnUntraced(function* (p: Processor, applying: ReadonlyAr
     (decision): Effect.Effect<{ decision: ApplyDecision; outcome?: Exit.Exit<TranscriptOutcome, unknown> }> =>
       decision.writes.transcriptOf === null
         ? Effect.succeed({ decision })
-        : Effect.map(Effect.exit(readTranscript(p.transcripts, decision)), (outcome) => ({ decision, outcome })),
+        : Effect.map(Effect.exit(readTranscript(p, decision)), (outcome) => ({ decision, outcome })),
     { concurrency: p.transcriptConcurrency }
   )
   for (const { decision, outcome } of outcomes) {
     if (outcome === undefined) ready.push({ decision })
     else if (outcome._tag === "Failure") {
       failures.push(failureOf(decision, `transcript read failed: ${describe(outcome.cause)}`))
-    } else if ("raw" in outcome.value) ready.push({ decision, transcript: outcome.value.raw })
+    } else if ("read" in outcome.value) ready.push({ decision, transcript: outcome.value.read })
     else ready.push({ decision, note: outcome.value.missing })
   }
   return { ready, failures }

@@ -12,7 +12,7 @@ import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
 import { type CrmEvent, decodeEvent } from "../crm/Events.ts"
 import * as Models from "../crm/Models.ts"
-import type { ClientChange, Resource, Warehouse } from "../warehouse/Warehouse.ts"
+import type { ClientChange, Resource, TranscriptRead, Warehouse } from "../warehouse/Warehouse.ts"
 import { parseJsonBody } from "./JsonBody.ts"
 import { tooDeep } from "./JsonDepth.ts"
 import type { ClaimedRow } from "./WebhookInbox.ts"
@@ -201,7 +201,7 @@ export type SettleDecision = Extract<Decision, { _tag: "Settle" }>
 /** A row to apply, with the transcript read for it, if any. */
 export interface Applying {
   readonly decision: ApplyDecision
-  readonly transcript?: unknown
+  readonly transcript?: TranscriptRead
 }
 
 /** The warehouse calls a batch makes, in the order they are made. */
@@ -212,7 +212,7 @@ export interface BatchWrites {
     readonly records: ReadonlyArray<Json>
     readonly orderedAt: ReadonlyArray<string | null>
   }>
-  readonly transcripts: ReadonlyArray<Json>
+  readonly transcripts: ReadonlyArray<TranscriptRead>
   /** Per table: distinct ids in order, and when they were deleted (epoch ms, the CRM's clock). */
   readonly deletes: ReadonlyArray<{
     readonly resource: Resource
@@ -236,7 +236,7 @@ export const groupWrites = (items: ReadonlyArray<Applying>): BatchWrites => {
   const deletes = new Map<Resource, { ids: Array<string>; at: number }>()
   const noteParents: Array<{ readonly id: string; readonly householdId: string }> = []
   const clientChanges: Array<ClientChange> = []
-  const transcripts: Array<Json> = []
+  const transcripts: Array<TranscriptRead> = []
   for (const { decision, transcript } of items) {
     const { row, writes } = decision
     // The CRM's time of the delivery: the first signed time seen for its hook-id (a retry is
@@ -269,7 +269,7 @@ export const groupWrites = (items: ReadonlyArray<Applying>): BatchWrites => {
         receivedAt: DateTime.fromDateUnsafe(row.receivedAt)
       })
     }
-    if (Predicate.isObject(transcript)) transcripts.push(transcript as Json)
+    if (transcript !== undefined) transcripts.push(transcript)
   }
   return {
     // Ids in a fixed order, so two processors writing overlapping batches lock rows in the
@@ -304,10 +304,10 @@ export const applyWrites = Effect.fnUntraced(function* (
   for (const { resource, records, orderedAt } of writes.upserts) {
     yield* warehouse.upsert(resource, records, { source: "webhook", orderedAt })
   }
-  if (writes.transcripts.length > 0) {
-    yield* warehouse.upsert("meeting_transcripts", writes.transcripts, { source: "webhook" })
-  }
-  // After the upserts: a record created and deleted within one batch ends deleted.
+  // The read started last wins, whichever batch commits last; none found retires the stored one.
+  yield* warehouse.writeTranscripts(writes.transcripts, { source: "webhook" })
+  // After the upserts: a record created and deleted within one batch ends deleted (a deleted
+  // meeting's transcript with it).
   for (const { resource, ids, at } of writes.deletes) {
     yield* warehouse.markDeleted(resource, ids, DateTime.makeUnsafe(at), { source: "webhook" })
   }

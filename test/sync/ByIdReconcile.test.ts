@@ -12,7 +12,8 @@ const known = (resource: KnownRecord["resource"], id: string, synced_ms: number)
   notable_type: null,
   notable_id: null,
   household_id: null,
-  synced_ms
+  synced_ms,
+  live_transcript: false
 })
 
 describe("by-id reconciliation", () => {
