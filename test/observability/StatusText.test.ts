@@ -11,6 +11,8 @@ const report = (jobs: StatusReport["last_jobs"]): StatusReport => ({
   inbox: {},
   outbox: {},
   connections_needing_reauthorization: [],
+  grant_gaps: [],
+  webhook_refusals: [],
   last_jobs: jobs,
   plan: []
 })

@@ -96,7 +96,7 @@ describe("groupWrites", () => {
         claimed({ ...eventFixture("task.deleted"), id: "tsk_2" }, { hookId: "d" }),
         claimed({ ...eventFixture("task.deleted"), id: "tsk_2" }, { hookId: "e" })
       ]
-      const decisions = yield* Effect.forEach(rows, decide)
+      const decisions = yield* Effect.forEach(rows, (row) => decide(row))
       const writes = groupWrites(decisions.map((decision) => ({ decision: applied(decision) })))
 
       assert.deepStrictEqual(
