@@ -321,10 +321,12 @@ export const ReferenceSchedulerLive = Layer.effectDiscard(
  * rather than at the next daily check: the CRM removed the subscription with the grant, and the
  * check records it `unreachable`, so `crm_sync_webhook_subscription_ok` turns 0 now.
  */
-const recheckOnRefusal = (oauth: ReadonlyArray<CrmClientShape>) =>
+export const recheckOnRefusal = (
+  oauth: ReadonlyArray<CrmClientShape>,
+  refusals: PubSub.Subscription<string>
+): Effect.Effect<never, never, SqlClient> =>
   Effect.gen(function* () {
     const sql = yield* SqlClient
-    const refusals = yield* (yield* Credentials).refusals
     while (true) {
       const name = yield* PubSub.take(refusals)
       const client = oauth.find((candidate) => candidate.connection.name === name)
@@ -354,7 +356,9 @@ export const SubscriptionCheckLive = Layer.effectDiscard(
     const config = yield* AppConfig
     const oauth = (yield* clients).filter((client) => client.connection.credential === "oauth")
     const jobs = yield* Effect.forEach(oauth, (client) => subscriptionJob(client, config.schedules.subscription_check))
-    yield* Effect.forkScoped(recheckOnRefusal(oauth))
+    // Subscribed before any job runs, so no refusal found meanwhile is missed.
+    const refusals = yield* (yield* Credentials).refusals
+    yield* Effect.forkScoped(recheckOnRefusal(oauth, refusals))
     yield* startAll(jobs)
   })
 ).pipe(Layer.provide(SyncServicesLive))
