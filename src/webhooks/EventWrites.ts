@@ -163,13 +163,22 @@ export type TypedEndpoints = ReadonlyArray<{ readonly name: string; readonly eve
 const UNTYPED_EVENTS = ["client.created", "client.updated", "prospect.created"]
 
 /**
+ * Which of them a body can be: `client.updated` nests the record under `client` beside
+ * `changed_fields`; `client.created` and `prospect.created` put the record's fields at the top.
+ */
+const untypedCandidates = (body: object): ReadonlyArray<string> =>
+  "changed_fields" in body || "client" in body ? ["client.updated"] : ["client.created", "prospect.created"]
+
+/**
  * Why a body with no `event_type` reached an endpoint with no fixed type, and what to fix. It is
  * one of the events of spec §6.3; the CRM sends its copy to the endpoint filtered to its type too,
  * and that copy completes this row (WebhookInbox.insert) — unless that endpoint refused it, which
  * is what a wrong signing secret there does.
  */
-export const untypedReason = (endpoint: string, typedEndpoints: TypedEndpoints): string => {
-  const typed = typedEndpoints.filter((candidate) => UNTYPED_EVENTS.includes(candidate.eventType))
+export const untypedReason = (endpoint: string, typedEndpoints: TypedEndpoints, body: object = {}): string => {
+  const untyped = typedEndpoints.filter((candidate) => UNTYPED_EVENTS.includes(candidate.eventType))
+  const likely = untyped.filter((candidate) => untypedCandidates(body).includes(candidate.eventType))
+  const typed = likely.length > 0 ? likely : untyped
   return typed.length === 0
     ? `no event_type: a client.* or prospect.created event reached endpoint ${endpoint}, which has no fixed event type; ` +
         "configure an endpoint with event_type client.created, client.updated or prospect.created for each (spec §6.3)"
@@ -200,7 +209,7 @@ export const decide = (row: ClaimedRow, typedEndpoints: TypedEndpoints = []): Ef
     }
     const body = parsed.success
     if (row.eventType === null && Predicate.isObject(body) && !("event_type" in body)) {
-      return settle("dead", untypedReason(row.endpoint, typedEndpoints))
+      return settle("dead", untypedReason(row.endpoint, typedEndpoints, body))
     }
     const decoded = yield* Effect.result(decodeEvent(body, { fixedEventType: row.eventType ?? undefined }))
     // A body that does not decode will not decode next time either: dead, with the reason.
