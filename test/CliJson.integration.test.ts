@@ -77,7 +77,10 @@ layer(
         assert.isTrue(reconcile.ok)
         assert.strictEqual(reconcile.reports[0].connection, "default")
 
-        assert.deepStrictEqual(oneObject(yield* cli(["webhooks", "replay", "--dead", "--json"], env)), { replayed: 0 })
+        assert.deepStrictEqual(oneObject(yield* cli(["webhooks", "replay", "--dead", "--json"], env)), {
+          replayed: 0,
+          left_dead: 0
+        })
 
         const sql = yield* PgClient.make({ url: Redacted.make(url), maxConnections: 1 }).pipe(
           Effect.provide(Reactivity.layer)

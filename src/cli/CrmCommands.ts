@@ -4,6 +4,7 @@
  */
 import * as Console from "effect/Console"
 import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
 import { AppConfig } from "../config/AppConfig.ts"
 import * as Connect from "../crm/Connect.ts"
 import { backfill as runBackfill } from "../sync/Backfill.ts"
@@ -56,7 +57,28 @@ export const connect = (input: { readonly connection: string | undefined; readon
       `connected ${connected.connection}${connected.userId === undefined ? "" : ` as user ${connected.userId}`}` +
         (connected.canWrite === undefined ? "" : connected.canWrite ? ", write access enabled" : ", read-only")
     )
+    yield* Console.log(yield* resubscribeLine(connected.connection))
   }).pipe(Effect.provide(ApiStack), withBase)
+
+/**
+ * A refused grant takes the webhook subscription with it (spec §3): `connect` makes it again when
+ * crm-sync had made one, and says in one line what it did or what is left to do.
+ */
+const resubscribeLine = (name: string) =>
+  Subscriptions.resubscribe(name).pipe(
+    Effect.map(
+      Option.match({
+        onNone: () =>
+          `webhooks: ${name} has no subscription made by crm-sync; run \`crm-sync webhooks subscribe ${name}\` to receive events`,
+        onSome: (result) => `webhooks: ${name} subscribed (subscription ${result.subscription.id})`
+      })
+    ),
+    Effect.catch((error) =>
+      Effect.succeed(
+        `webhooks: ${name} could not subscribe again (${error.message}); run \`crm-sync webhooks subscribe ${name}\``
+      )
+    )
+  )
 
 export const subscribe = (input: { readonly connection: string | undefined }) =>
   Effect.gen(function* () {

@@ -81,10 +81,17 @@ export const webhooksReplay = (input: {
       return yield* new UsageError({ message: "webhooks replay takes either --dead or one hook id" })
     }
     const [{ replay }, { WebhookInbox }] = yield* Effect.promise(() => Promise.all([processorModule(), inboxModule()]))
-    const replayed = yield* replay(
+    const { replayed, leftDead } = yield* replay(
       input.hookId !== undefined ? { _tag: "One", hookId: input.hookId } : { _tag: "Dead" }
     ).pipe(Effect.provide(WebhookInbox.layer))
+    const left =
+      leftDead === 0
+        ? ""
+        : `; ${leftDead} left dead: no event_type to decode ${leftDead === 1 ? "it" : "them"} by (see its error); ` +
+          "its copy on the endpoint of its event type completes it once that endpoint's signing secret is right"
     yield* Console.log(
-      input.json ? JSON.stringify({ replayed }) : `${replayed} deliver${replayed === 1 ? "y" : "ies"} back to pending`
+      input.json
+        ? JSON.stringify({ replayed, left_dead: leftDead })
+        : `${replayed} deliver${replayed === 1 ? "y" : "ies"} back to pending${left}`
     )
   }).pipe(Effect.provide(MigratedDatabase), withBase)

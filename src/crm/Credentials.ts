@@ -13,9 +13,11 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import * as PubSub from "effect/PubSub"
 import * as Redacted from "effect/Redacted"
 import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
+import type * as Scope from "effect/Scope"
 import * as Semaphore from "effect/Semaphore"
 import type { HttpClient } from "effect/http"
 import { SqlClient } from "effect/sql/SqlClient"
@@ -106,6 +108,8 @@ interface Vault {
   readonly cache: Map<string, Cached>
   /** One refresh at a time per connection in this process (the row lock orders the processes). */
   readonly locks: Map<string, Semaphore.Semaphore>
+  /** The connections whose grant this process found refused (see `announceRefused`). */
+  readonly refused: PubSub.PubSub<string>
 }
 
 const lockFor = (vault: Vault, name: string) => {
@@ -163,8 +167,12 @@ const needsReauthorization = (operation: string, connection: Connection, row: Ro
 const recordRefreshFailure = (sql: SqlClient, connection: Connection, error: CrmError) => {
   const reason = error.reason
   const dead = reason instanceof NeedsReauthorization
+  // refused_at: the start of the range in which the CRM sends no events (it removes the
+  // subscription with the grant); `status` lists it.
   return sql`UPDATE crm_sync.credentials
-    SET needs_reauthorization = needs_reauthorization OR ${dead},
+    SET refused_at = CASE WHEN ${dead} AND NOT needs_reauthorization THEN now() ELSE refused_at END,
+        reauthorized_at = CASE WHEN ${dead} AND NOT needs_reauthorization THEN NULL ELSE reauthorized_at END,
+        needs_reauthorization = needs_reauthorization OR ${dead},
         last_error = ${dead ? `invalid_grant${reason.detail === undefined ? "" : `: ${reason.detail}`}` : reason.description},
         updated_at = now()
     WHERE connection = ${connection.name}`
@@ -211,7 +219,8 @@ const refreshLocked = Effect.fnUntraced(function* (
   }
   if (row.value.refresh_token === null) {
     yield* sql`UPDATE crm_sync.credentials
-      SET needs_reauthorization = true, last_error = 'no refresh token', updated_at = now()
+      SET needs_reauthorization = true, last_error = 'no refresh token', updated_at = now(),
+          refused_at = now(), reauthorized_at = NULL
       WHERE connection = ${connection.name}`
     return Result.fail(failure(operation, connection, new NeedsReauthorization({ detail: "no refresh token" })))
   }
@@ -228,6 +237,20 @@ const refreshLocked = Effect.fnUntraced(function* (
   const expiresInMs = yield* storeRefreshed(sql, connection, k, outcome.success, row.value)
   return Result.succeed({ token: outcome.success.accessToken, expiresInMs, refreshed: true })
 })
+
+/**
+ * The grant was just refused: one ERROR line, and the news for this process's subscription check
+ * (the CRM removed the webhook subscription with the grant; it re-checks at once).
+ */
+const announceRefused = (vault: Vault, connection: Connection, reason: NeedsReauthorization) =>
+  Effect.andThen(
+    Effect.logError(
+      `connection ${connection.name}: the CRM refused the OAuth grant (${reason.detail ?? "invalid_grant"}); ` +
+        `nothing is synced and the CRM removed the webhook subscription with it, so its events are lost from now: ` +
+        `run \`crm-sync connect ${connection.name}\` (it subscribes again), then \`crm-sync reconcile\``
+    ).pipe(Effect.annotateLogs({ connection: connection.name })),
+    PubSub.publish(vault.refused, connection.name)
+  )
 
 const refresh = (vault: Vault) =>
   Effect.fn("Credentials.refresh")(function* (connection: Connection, rejected: Redacted.Redacted<string> | undefined) {
@@ -246,6 +269,11 @@ const refresh = (vault: Vault) =>
     )
     if (Result.isFailure(outcome)) {
       vault.cache.delete(connection.name)
+      // Only the process that turned the grant refused gets here with NeedsReauthorization (the
+      // others find it flagged and fail inside refreshLocked): so it is said once.
+      if (outcome.failure.reason instanceof NeedsReauthorization) {
+        yield* announceRefused(vault, connection, outcome.failure.reason)
+      }
       return yield* outcome.failure
     }
     if (outcome.success.refreshed) {
@@ -289,6 +317,8 @@ const store = (vault: Vault) =>
         ${expiresInMs === null ? null : expiresInMs / 1000}::float8 * interval '1 second' + clock_timestamp(),
         NULL, false, NULL, now())
       ON CONFLICT (connection) DO UPDATE SET
+        reauthorized_at = CASE WHEN credentials.refused_at IS NOT NULL AND credentials.reauthorized_at IS NULL
+                               THEN now() ELSE credentials.reauthorized_at END,
         access_token = excluded.access_token, refresh_token = excluded.refresh_token,
         access_expires_at = excluded.access_expires_at, user_id = NULL, needs_reauthorization = false,
         last_error = NULL, updated_at = now()`.pipe(Effect.mapError(database("Credentials.store", connection)))
@@ -362,7 +392,8 @@ const make = Effect.gen(function* () {
         : parseKey(config.encryption_key),
     httpClient: yield* Effect.context<HttpClient.HttpClient>(),
     cache: new Map(),
-    locks: new Map()
+    locks: new Map(),
+    refused: yield* PubSub.unbounded<string>()
   }
   const refreshToken = refresh(vault)
   return Credentials.of({
@@ -371,7 +402,8 @@ const make = Effect.gen(function* () {
     store: store(vault),
     recordUser: recordUser(vault.sql),
     status: status(vault.sql),
-    unusable: unusable(vault)
+    unusable: unusable(vault),
+    refusals: PubSub.subscribe(vault.refused)
   })
 })
 
@@ -401,6 +433,8 @@ export class Credentials extends Context.Service<
      * not such a problem: those are the CRM grant's state, the same for every replica.
      */
     readonly unusable: (connection: Connection) => Effect.Effect<Option.Option<string>, CrmError>
+    /** The names of the connections whose grant this process finds refused from now on, as it finds them. */
+    readonly refusals: Effect.Effect<PubSub.Subscription<string>, never, Scope.Scope>
   }
 >()("crm-sync/crm/Credentials") {
   static readonly layer: Layer.Layer<Credentials, never, AppConfig | SqlClient | HttpClient.HttpClient> = Layer.effect(
@@ -415,4 +449,15 @@ export const needingReauthorization = Effect.gen(function* () {
   const rows = yield* sql<{ connection: string }>`
     SELECT connection FROM crm_sync.credentials WHERE needs_reauthorization ORDER BY connection`
   return rows.map((row) => row.connection)
+})
+
+/**
+ * Per connection, the latest time range in which the CRM refused its grant: from the refusal to
+ * the `crm-sync connect` that stored a new one (null while still refused).
+ */
+export const grantGaps = Effect.gen(function* () {
+  const sql = yield* SqlClient
+  return yield* sql<{ connection: string; started_at: Date; ended_at: Date | null }>`
+    SELECT connection, refused_at AS started_at, reauthorized_at AS ended_at
+    FROM crm_sync.credentials WHERE refused_at IS NOT NULL ORDER BY connection`
 })

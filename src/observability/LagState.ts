@@ -33,7 +33,11 @@ export interface LagState {
   readonly cursors: ReadonlyArray<{ readonly connection: string; readonly resource: string; readonly at: number }>
   readonly endpoints: ReadonlyArray<{ readonly endpoint: string; readonly last_delivery: number | null }>
   readonly undecodable: ReadonlyArray<{ readonly resource: string; readonly records: number }>
-  readonly subscriptions: ReadonlyArray<{ readonly connection: string; readonly state: string }>
+  readonly subscriptions: ReadonlyArray<{
+    readonly connection: string
+    readonly state: string
+    readonly changed_at: number
+  }>
 }
 
 const seconds = (duration: Duration.Duration) => Duration.toSeconds(duration)

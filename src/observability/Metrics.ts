@@ -173,6 +173,16 @@ export const webhookLastDelivery = Metric.gauge("crm_sync_webhook_last_delivery_
   description: "Unix time of the latest delivery stored for each webhook endpoint (0: none kept)"
 })
 
+/** The latest refused delivery per endpoint and reason (crm_sync.webhook_refusals, a day back), as Unix seconds. */
+export const webhookLastRefusal = Metric.gauge("crm_sync_webhook_last_refusal_timestamp_seconds", {
+  description: "Unix time of the latest delivery refused on each webhook endpoint, by reason (within a day)"
+})
+
+/** When the connection's webhook subscription was made (or last changed state), as Unix seconds. */
+export const webhookSubscribedAt = Metric.gauge("crm_sync_webhook_subscribed_timestamp_seconds", {
+  description: "Unix time the connection's webhook subscription was made or last changed state (0: none)"
+})
+
 /** Records the warehouse refused, kept in crm_sync.undecodable_records. */
 export const undecodableRecords = Metric.gauge("crm_sync_undecodable_records", {
   description: "Records kept in crm_sync.undecodable_records, by resource"

@@ -1,7 +1,7 @@
 /**
  * StateMetrics: once a minute, the daemon reads the same report as `crm-sync status` and exports it
  * as gauges — budget use per bucket, outbox rows by status, rows and last write per table,
- * connections that need re-authorization, and the lag of every job, cursor and endpoint
+ * connections that need re-authorization, refused webhook deliveries, and the lag of every job, cursor and endpoint
  * (LagState) — so dashboards and alerts see every process sharing the
  * database, not just this one.
  */
@@ -76,8 +76,19 @@ export const refresh = Effect.gen(function* () {
     yield* Metrics.set(Metrics.undecodableRecords, records, { resource })
   }
   for (const subscription of lag.subscriptions) {
-    yield* Metrics.set(Metrics.webhookSubscriptionOk, subscription.state === "present" ? 1 : 0, {
+    // A refused grant takes the subscription with it (the CRM removes it), whichever process found it.
+    const refused = report.connections_needing_reauthorization.includes(subscription.connection)
+    yield* Metrics.set(Metrics.webhookSubscriptionOk, subscription.state === "present" && !refused ? 1 : 0, {
       connection: subscription.connection
+    })
+    yield* Metrics.set(Metrics.webhookSubscribedAt, Math.floor(subscription.changed_at), {
+      connection: subscription.connection
+    })
+  }
+  for (const refusal of report.webhook_refusals) {
+    yield* Metrics.set(Metrics.webhookLastRefusal, Math.floor(Date.parse(refusal.last_at) / 1000), {
+      endpoint: refusal.endpoint,
+      reason: refusal.reason
     })
   }
   for (const connection of config.connections) {

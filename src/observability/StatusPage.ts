@@ -12,7 +12,7 @@ import { SqlClient } from "effect/sql/SqlClient"
 import { oldestWaitingRow, rowsNeedingAPerson } from "../outbound/Outbox.ts"
 import { jobHealth, recentRuns } from "../sync/JobRuns.ts"
 import { deadDeliveries, oldestWaitingDelivery } from "../webhooks/WebhookInbox.ts"
-import type { StatusReport } from "./StatusReport.ts"
+import { gapLines, refusalLines, type StatusReport } from "./StatusReport.ts"
 import { formatDuration } from "./Text.ts"
 
 export interface JobHealth {
@@ -132,6 +132,8 @@ const alerts = (report: StatusReport) => [
     (name) =>
       `<div class="alert">Connection <b>${e(name)}</b> needs re-authorization: run <code>crm-sync connect ${e(name)}</code>.</div>`
   ),
+  ...gapLines(report).map((line) => `<div class="alert">${e(line)}</div>`),
+  ...refusalLines(report).map((line) => `<div class="alert">Webhook ${e(line)}.</div>`),
   ...(report.plan ?? [])
     .filter((plan) => !plan.fits)
     .map(

@@ -13,13 +13,14 @@ import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import { SqlClient } from "effect/sql/SqlClient"
 import { AppConfig, type AppConfigShape } from "../config/AppConfig.ts"
 import { bucketWindows } from "../budget/RateBudget.ts"
-import { needingReauthorization } from "../crm/Credentials.ts"
+import { grantGaps, needingReauthorization } from "../crm/Credentials.ts"
 import { outboxCounts } from "../outbound/Outbox.ts"
 import { latestCursors } from "../sync/Cursors.ts"
 import { latestRuns } from "../sync/JobRuns.ts"
 import { DatabaseInfo, type DatabaseInfoShape } from "../warehouse/Database.ts"
 import { tableStats } from "../warehouse/Warehouse.ts"
 import { inboxCounts } from "../webhooks/WebhookInbox.ts"
+import { reasonText, recentRefusals } from "../webhooks/WebhookRefusals.ts"
 import type { ConnectionPlan } from "../budget/Plan.ts"
 import { planReport } from "./PlanReport.ts"
 import { formatDuration } from "./Text.ts"
@@ -56,6 +57,19 @@ export interface StatusReport {
   readonly inbox: Record<string, number>
   readonly outbox: Record<string, number>
   readonly connections_needing_reauthorization: ReadonlyArray<string>
+  /**
+   * Per connection, the latest time range in which the CRM refused its grant (`until` null: still
+   * refused): the CRM sent no webhook events then, so a reconciliation must repair that range.
+   */
+  readonly grant_gaps: ReadonlyArray<{ connection: string; from: string; until: string | null }>
+  /** Webhook deliveries refused before storing, per endpoint and reason, whose latest is within a day. */
+  readonly webhook_refusals: ReadonlyArray<{
+    endpoint: string
+    reason: string
+    count: number
+    first_at: string
+    last_at: string
+  }>
   readonly last_jobs: ReadonlyArray<{
     job: string
     connection: string | null
@@ -71,6 +85,9 @@ const counts = (rows: ReadonlyArray<{ status: string; n: number }>) =>
 
 const iso = (value: unknown): string | null =>
   value === null || value === undefined ? null : value instanceof Date ? value.toISOString() : String(value)
+
+/** Refusals older than this (their latest) are no longer shown. */
+const REFUSALS_SHOWN = Duration.days(1)
 
 export const statusReport = Effect.fn("StatusReport.make")(function* (
   config: AppConfigShape,
@@ -90,6 +107,8 @@ export const statusReport = Effect.fn("StatusReport.make")(function* (
   const inbox = yield* inboxCounts
   const outbox = yield* outboxCounts
   const reauth = yield* needingReauthorization
+  const gaps = yield* grantGaps
+  const refusals = yield* recentRefusals(REFUSALS_SHOWN)
   const jobs = yield* latestRuns
   return {
     generated_at: new Date(yield* Effect.clockWith((clock) => clock.currentTimeMillis)).toISOString(),
@@ -117,6 +136,18 @@ export const statusReport = Effect.fn("StatusReport.make")(function* (
     inbox: counts(inbox),
     outbox: counts(outbox),
     connections_needing_reauthorization: reauth,
+    grant_gaps: gaps.map((gap) => ({
+      connection: gap.connection,
+      from: iso(gap.started_at)!,
+      until: iso(gap.ended_at)
+    })),
+    webhook_refusals: refusals.map((row) => ({
+      endpoint: row.endpoint,
+      reason: row.reason,
+      count: row.count,
+      first_at: iso(row.first_at)!,
+      last_at: iso(row.last_at)!
+    })),
     last_jobs: jobs.map((job) => ({ ...job, finished_at: iso(job.finished_at) })),
     plan: yield* planReport(config)
   } satisfies StatusReport
@@ -134,6 +165,24 @@ const summarize = (byStatus: Record<string, number>) =>
 /** "3 min ago" from the report's time; "-" for never. */
 const ago = (now: string, at: string | null) =>
   at === null ? "-" : `${formatDuration(Math.max(0, Date.parse(now) - Date.parse(at)))} ago`
+
+/** "endpoint client-created: 14 deliveries refused, bad signature, last 2 min ago", one per endpoint and reason. */
+export const refusalLines = (report: StatusReport): ReadonlyArray<string> =>
+  report.webhook_refusals.map(
+    (row) =>
+      `endpoint ${row.endpoint}: ${row.count} ${row.count === 1 ? "delivery" : "deliveries"} refused, ` +
+      `${reasonText(row.reason)}, last ${ago(report.generated_at, row.last_at)}`
+  )
+
+/** The time range of each connection's refused grant, and what it means for the warehouse. */
+export const gapLines = (report: StatusReport): ReadonlyArray<string> =>
+  report.grant_gaps.map((gap) =>
+    gap.until === null
+      ? `connection ${gap.connection}: grant refused since ${gap.from}: no webhook events since then; ` +
+        `run \`crm-sync connect ${gap.connection}\` (it subscribes again), then reconcile`
+      : `connection ${gap.connection}: no webhook events from ${gap.from} to ${gap.until} (grant refused): ` +
+        `reconcile repairs tasks, meetings and notes of that range; clients and prospects changed then need a backfill`
+  )
 
 /**
  * With no connection in this config, the connections whose jobs the warehouse has run: another
@@ -185,7 +234,9 @@ export const renderStatus = (report: StatusReport): string => {
         : `plan        ${plan.connection}: WARNING ${plan.warnings.join("; ")} (see crm-sync plan)`
     )
   }
+  for (const line of gapLines(report)) lines.push(`gap         ${line}`)
   lines.push(`inbox       ${summarize(report.inbox)}`)
+  for (const line of refusalLines(report)) lines.push(`refused     ${line}`)
   lines.push(`outbox      ${summarize(report.outbox)}`)
   for (const job of report.last_jobs) {
     lines.push(

@@ -10,12 +10,15 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import * as PubSub from "effect/PubSub"
 import * as Schema from "effect/Schema"
 import { SqlClient } from "effect/sql/SqlClient"
 import type { SqlError } from "effect/sql/SqlError"
 import { AppConfig } from "../config/AppConfig.ts"
 import { isDatabaseDefect } from "../warehouse/DatabaseCause.ts"
 import { CrmClient, type CrmClientShape } from "../crm/CrmClient.ts"
+import { Credentials } from "../crm/Credentials.ts"
+import * as Metrics from "../observability/Metrics.ts"
 import { BusinessPoller } from "./BusinessPoller.ts"
 import { CrawlRuns } from "./CrawlRuns.ts"
 import { Cursors } from "./Cursors.ts"
@@ -313,12 +316,49 @@ export const ReferenceSchedulerLive = Layer.effectDiscard(
   })
 ).pipe(Layer.provide(SyncServicesLive))
 
-/** The webhook subscription check of every OAuth connection, every `schedules.subscription_check`. */
+/**
+ * The subscription check of a connection whose grant this process just found refused, at once
+ * rather than at the next daily check: the CRM removed the subscription with the grant, and the
+ * check records it `unreachable`, so `crm_sync_webhook_subscription_ok` turns 0 now.
+ */
+export const recheckOnRefusal = (
+  oauth: ReadonlyArray<CrmClientShape>,
+  refusals: PubSub.Subscription<string>
+): Effect.Effect<never, never, SqlClient> =>
+  Effect.gen(function* () {
+    const sql = yield* SqlClient
+    while (true) {
+      const name = yield* PubSub.take(refusals)
+      const client = oauth.find((candidate) => candidate.connection.name === name)
+      if (client === undefined) continue
+      yield* Subscriptions.check(client).pipe(
+        Effect.provideService(SqlClient, sql),
+        Effect.tap((checked) =>
+          checked.state === "skipped"
+            ? Effect.void
+            : Metrics.set(Metrics.webhookSubscriptionOk, checked.state === "present" ? 1 : 0, { connection: name })
+        ),
+        Effect.catch((error) =>
+          Effect.logWarning("webhook subscription: the re-check after a refused grant failed").pipe(
+            Effect.annotateLogs({ connection: name, error: error.message })
+          )
+        )
+      )
+    }
+  })
+
+/**
+ * The webhook subscription check of every OAuth connection, every `schedules.subscription_check`,
+ * and at once when this process finds a connection's grant refused.
+ */
 export const SubscriptionCheckLive = Layer.effectDiscard(
   Effect.gen(function* () {
     const config = yield* AppConfig
     const oauth = (yield* clients).filter((client) => client.connection.credential === "oauth")
     const jobs = yield* Effect.forEach(oauth, (client) => subscriptionJob(client, config.schedules.subscription_check))
+    // Subscribed before any job runs, so no refusal found meanwhile is missed.
+    const refusals = yield* (yield* Credentials).refusals
+    yield* Effect.forkScoped(recheckOnRefusal(oauth, refusals))
     yield* startAll(jobs)
   })
 ).pipe(Layer.provide(SyncServicesLive))

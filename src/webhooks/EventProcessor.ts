@@ -31,6 +31,7 @@ import {
   type ApplyDecision,
   applyWrites,
   decide,
+  type TypedEndpoints,
   type Decision,
   type SettleDecision
 } from "./EventWrites.ts"
@@ -132,6 +133,8 @@ interface Processor {
   readonly workerId: string
   readonly batchSize: number
   readonly maxAttempts: number
+  /** The endpoints with a fixed event type: named in the reason of an untyped event gone dead. */
+  readonly typedEndpoints: TypedEndpoints
   readonly transcriptConcurrency: number
 }
 
@@ -263,7 +266,7 @@ const processBatch = (p: Processor) =>
     const rows = yield* p.inbox.claim(p.workerId, p.batchSize)
     if (rows.length === 0) return emptyReport
     const started = yield* Clock.currentTimeMillis
-    const decisions = yield* Effect.forEach(rows, decide)
+    const decisions = yield* Effect.forEach(rows, (row) => decide(row, p.typedEndpoints))
     const finals = decisions.filter((d): d is SettleDecision => d._tag === "Settle")
     const applying = decisions.filter((d): d is ApplyDecision => d._tag === "Apply")
     // Follow-up reads first, outside any transaction.
@@ -335,6 +338,9 @@ export class EventProcessor extends Context.Service<
           workerId: options.workerId ?? `${hostname()}:${process.pid}:${randomBytes(3).toString("hex")}`,
           batchSize: options.batchSize ?? 500,
           maxAttempts: config.webhooks.max_attempts,
+          typedEndpoints: config.webhooks.endpoints.flatMap((endpoint) =>
+            endpoint.event_type === undefined ? [] : [{ name: endpoint.name, eventType: endpoint.event_type }]
+          ),
           transcriptConcurrency: options.transcriptConcurrency ?? 4
         }
         const concurrency = Math.max(1, options.concurrency ?? 2)
@@ -444,9 +450,13 @@ export const EventProcessorLive = Layer.effectDiscard(
  */
 export const replay = Effect.fn("EventProcessor.replay")(function* (selection: ReplaySelection) {
   const inbox = yield* WebhookInbox
-  const replayed = yield* inbox.replay(selection)
+  const outcome = yield* inbox.replay(selection)
   yield* Effect.logInfo("webhook deliveries replayed").pipe(
-    Effect.annotateLogs({ rows: replayed, selection: selection._tag === "Dead" ? "dead" : selection.hookId })
+    Effect.annotateLogs({
+      rows: outcome.replayed,
+      left_dead: outcome.leftDead,
+      selection: selection._tag === "Dead" ? "dead" : selection.hookId
+    })
   )
-  return replayed
+  return outcome
 })

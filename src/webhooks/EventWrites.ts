@@ -161,13 +161,44 @@ const writesOf = (event: CrmEvent, body: Json): Writes | string => {
   }
 }
 
+/** The configured endpoints with a fixed event type, by name: the only way to the events of spec §6.3. */
+export type TypedEndpoints = ReadonlyArray<{ readonly name: string; readonly eventType: string }>
+
+/** The events that carry no `event_type` (spec §6.3). */
+const UNTYPED_EVENTS = ["client.created", "client.updated", "prospect.created"]
+
+/**
+ * Which of them a body can be: `client.updated` nests the record under `client` beside
+ * `changed_fields`; `client.created` and `prospect.created` put the record's fields at the top.
+ */
+const untypedCandidates = (body: object): ReadonlyArray<string> =>
+  "changed_fields" in body || "client" in body ? ["client.updated"] : ["client.created", "prospect.created"]
+
+/**
+ * Why a body with no `event_type` reached an endpoint with no fixed type, and what to fix. It is
+ * one of the events of spec §6.3; the CRM sends its copy to the endpoint filtered to its type too,
+ * and that copy completes this row (WebhookInbox.insert) — unless that endpoint refused it, which
+ * is what a wrong signing secret there does.
+ */
+export const untypedReason = (endpoint: string, typedEndpoints: TypedEndpoints, body: object = {}): string => {
+  const untyped = typedEndpoints.filter((candidate) => UNTYPED_EVENTS.includes(candidate.eventType))
+  const likely = untyped.filter((candidate) => untypedCandidates(body).includes(candidate.eventType))
+  const typed = likely.length > 0 ? likely : untyped
+  return typed.length === 0
+    ? `no event_type: a client.* or prospect.created event reached endpoint ${endpoint}, which has no fixed event type; ` +
+        "configure an endpoint with event_type client.created, client.updated or prospect.created for each (spec §6.3)"
+    : `no event_type: a client.* or prospect.created event reached endpoint ${endpoint} and its copy on ` +
+        `${typed.map((candidate) => candidate.name).join(", ")} never arrived; check that the signing secret of ` +
+        `${typed.length === 1 ? "that endpoint" : "those endpoints"} matches the CRM's (crm-sync status lists refused deliveries)`
+}
+
 /**
  * Decodes one claimed row into its writes, or the final status it gets without any: a body that
  * does not decode is `dead` at once (trying again cannot help; `replay` after a fix can); an event
  * type without a handler is `unhandled`, kept for a later replay, never failed. A row is decoded by
  * its `event_type`, or by its endpoint's fixed type for the events of spec §6.3 that carry none.
  */
-export const decide = (row: ClaimedRow): Effect.Effect<Decision> =>
+export const decide = (row: ClaimedRow, typedEndpoints: TypedEndpoints = []): Effect.Effect<Decision> =>
   Effect.gen(function* () {
     const eventType = row.eventType ?? "unknown"
     const settle = (status: "unhandled" | "dead", error: string): Decision => ({
@@ -182,6 +213,9 @@ export const decide = (row: ClaimedRow): Effect.Effect<Decision> =>
       return settle("dead", parsed.failure._tag === "TooDeep" ? tooDeep : "the body is not UTF-8 JSON")
     }
     const body = parsed.success
+    if (row.eventType === null && Predicate.isObject(body) && !("event_type" in body)) {
+      return settle("dead", untypedReason(row.endpoint, typedEndpoints, body))
+    }
     const decoded = yield* Effect.result(decodeEvent(body, { fixedEventType: row.eventType ?? undefined }))
     // A body that does not decode will not decode next time either: dead, with the reason.
     if (Result.isFailure(decoded)) return settle("dead", decoded.failure.message)

@@ -46,7 +46,10 @@ const oauthConnection = Effect.fnUntraced(function* (name: string | undefined) {
  * `POST /v1/webhook_subscription` for the connection (default: the first configured). Returns the
  * subscription, the same one on every repeat (spec §3).
  */
-export const subscribe = Effect.fn("Subscriptions.subscribe")(function* (connectionName?: string) {
+export const subscribe = Effect.fn("Subscriptions.subscribe")(function* (
+  connectionName?: string,
+  detail = "subscribed by crm-sync webhooks subscribe"
+) {
   const connection = yield* oauthConnection(connectionName)
   const client = yield* CrmClient.make(connection.name)
   const subscription = yield* client.subscribeWebhooks()
@@ -54,7 +57,7 @@ export const subscribe = Effect.fn("Subscriptions.subscribe")(function* (connect
     state: "present",
     subscription_id: subscription.id,
     user_id: subscription.user_id,
-    detail: "subscribed by crm-sync webhooks subscribe"
+    detail
   })
   yield* Effect.logInfo("webhook subscription present").pipe(
     Effect.annotateLogs({
@@ -64,6 +67,21 @@ export const subscribe = Effect.fn("Subscriptions.subscribe")(function* (connect
     })
   )
   return { connection: connection.name, subscription } satisfies Subscribed
+})
+
+/**
+ * After `crm-sync connect`: the connection's subscription made again, when crm-sync had made one
+ * and not removed it on purpose (a refused grant took it with it, spec §3; a repeat returns the
+ * same one). None when crm-sync never subscribed the connection.
+ */
+export const resubscribe = Effect.fn("Subscriptions.resubscribe")(function* (connectionName: string) {
+  const sql = yield* SqlClient
+  const [stored] = yield* sql`
+    SELECT subscription_id, state FROM crm_sync.webhook_subscriptions WHERE connection = ${connectionName}`.pipe(
+    Effect.flatMap(Schema.decodeUnknownEffect(StoredRows))
+  )
+  if (stored === undefined || stored.state === "unsubscribed") return Option.none<Subscribed>()
+  return Option.some(yield* subscribe(connectionName, "subscribed again by crm-sync connect"))
 })
 
 /**
@@ -211,9 +229,13 @@ export const check = Effect.fn("Subscriptions.check")(function* (client: CrmClie
   } satisfies SubscriptionCheck
 })
 
-/** The subscriptions crm-sync made and has not ended, by connection, with their state. */
+/**
+ * The subscriptions crm-sync made and has not ended, by connection, with their state and when it
+ * last changed (unix seconds).
+ */
 export const activeSubscriptions = Effect.gen(function* () {
   const sql = yield* SqlClient
-  return yield* sql<{ connection: string; state: string }>`
-    SELECT connection, state FROM crm_sync.webhook_subscriptions WHERE state <> 'unsubscribed'`
+  return yield* sql<{ connection: string; state: string; changed_at: number }>`
+    SELECT connection, state, extract(epoch FROM changed_at)::float8 AS changed_at
+    FROM crm_sync.webhook_subscriptions WHERE state <> 'unsubscribed'`
 })

@@ -73,6 +73,12 @@ export interface Failure {
 /** Which rows `replay` puts back to `pending`. */
 export type ReplaySelection = { readonly _tag: "Dead" } | { readonly _tag: "One"; readonly hookId: string }
 
+export interface ReplayOutcome {
+  readonly replayed: number
+  /** Selected dead rows left dead: they have no event type to be decoded by. */
+  readonly leftDead: number
+}
+
 export interface InboxCounts {
   readonly backlog: number
   readonly dead: number
@@ -289,21 +295,27 @@ const prune = (sql: SqlClient) =>
 // The operator's replay, and the backlog
 // ---------------------------------------------------------------------------------------------
 
+// A dead row with no event type (an event of spec §6.3 that reached an endpoint with no fixed
+// type, or a body that is not JSON) would go straight back to dead: it is left as it is and
+// counted. Only its copy on the typed endpoint can complete it (`insert`), once that endpoint's
+// secret is right and the CRM retries.
 const replay = (sql: SqlClient) =>
   Effect.fnUntraced(function* (selection: ReplaySelection) {
     const filter =
       selection._tag === "Dead" ? sql`status = 'dead'` : sql`hook_id = ${selection.hookId} AND locked_by IS NULL`
-    const rows = yield* sql<{ n: number }>`
+    const rows = yield* sql<{ n: number; left_dead: number }>`
       WITH replayed AS (
         UPDATE crm_sync.webhook_inbox
         SET status = 'pending', attempts = 0, last_error = NULL, next_attempt_at = now(), processed_at = NULL
-        WHERE ${filter}
+        WHERE ${filter} AND event_type IS NOT NULL
         RETURNING 1
       )
-      SELECT count(*)::int AS n FROM replayed`
-    const replayed = rowsAffected(rows)
+      SELECT (SELECT count(*) FROM replayed)::int AS n,
+             (SELECT count(*) FROM crm_sync.webhook_inbox WHERE ${filter} AND status = 'dead'
+                AND event_type IS NULL)::int AS left_dead`
+    const replayed = rows[0]?.n ?? 0
     if (replayed > 0) yield* sql`SELECT pg_notify(${INBOX_CHANNEL}, '')`
-    return replayed
+    return { replayed, leftDead: rows[0]?.left_dead ?? 0 }
   })
 
 // Two subqueries so each uses its partial index instead of scanning every kept row.
@@ -340,8 +352,11 @@ export class WebhookInbox extends Context.Service<
     readonly reap: (leaseTimeout: Duration.Duration) => Effect.Effect<number, SqlError>
     /** Deletes processed and unhandled rows finished longer ago than `retention`; returns how many. */
     readonly prune: (retention: Duration.Duration) => Effect.Effect<number, SqlError>
-    /** Puts the selected rows back to `pending`, attempts reset, and wakes the processors. */
-    readonly replay: (selection: ReplaySelection) => Effect.Effect<number, SqlError>
+    /**
+     * Puts the selected rows back to `pending`, attempts reset, and wakes the processors; dead rows
+     * with no event type stay dead (they would be again at once) and are counted in `leftDead`.
+     */
+    readonly replay: (selection: ReplaySelection) => Effect.Effect<ReplayOutcome, SqlError>
     readonly counts: Effect.Effect<InboxCounts, SqlError>
   }
 >()("crm-sync/webhooks/WebhookInbox") {

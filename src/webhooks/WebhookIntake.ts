@@ -5,7 +5,7 @@
  * only their endpoint says what they are). A delivery is stored only once verified, and answered 200
  * only after its commit (spec §6.1: "returns a 2xx response promptly after verifying and durably
  * accepting the delivery"); a refusal stores nothing and is counted in
- * `crm_sync_webhook_deliveries_total` by reason.
+ * `crm_sync_webhook_deliveries_total` by reason, and in `crm_sync.webhook_refusals` (WebhookRefusals).
  */
 import * as ByteSize from "effect/ByteSize"
 import * as Clock from "effect/Clock"
@@ -24,6 +24,7 @@ import { AppConfig, type WebhookEndpoint } from "../config/AppConfig.ts"
 import * as Metrics from "../observability/Metrics.ts"
 import { InboxUnavailable, InboxWriter } from "./InboxWriter.ts"
 import type { InboxRow } from "./WebhookInbox.ts"
+import { WebhookRefusals } from "./WebhookRefusals.ts"
 import { parseJsonBody } from "./JsonBody.ts"
 import { tooDeep } from "./JsonDepth.ts"
 import {
@@ -76,11 +77,17 @@ const count = (endpoint: string, result: string) => Metrics.increment(Metrics.we
 
 const rejected = (reason: RejectionReason, detail: string) => new WebhookRejected({ reason, detail })
 
-/** A refusal: counted, logged at debug level (a flood of them must not flood the logs), answered. */
-const refuse = (endpoint: string, rejection: WebhookRejected) =>
+/**
+ * A refusal: counted, recorded for `status` and logged (a WARN per endpoint at most every few
+ * minutes, so a flood of them cannot flood the logs; each one at debug level), answered.
+ */
+const refuse = (intake: Intake, endpoint: string, rejection: WebhookRejected) =>
   Effect.as(
     Effect.andThen(
-      count(endpoint, rejection.reason),
+      Effect.andThen(
+        count(endpoint, rejection.reason),
+        intake.refusals.record(endpoint, rejection.reason, rejection.detail)
+      ),
       Effect.logDebug("webhook delivery refused").pipe(
         Effect.annotateLogs({ endpoint, reason: rejection.reason, detail: rejection.detail })
       )
@@ -106,6 +113,7 @@ const busy = HttpServerResponse.jsonUnsafe(
 interface Intake {
   readonly endpoints: ReadonlyMap<string, Endpoint>
   readonly writer: InboxWriter["Service"]
+  readonly refusals: WebhookRefusals["Service"]
   readonly maxBytes: number
   readonly maxInflight: number
   /**
@@ -223,7 +231,7 @@ const accept = Effect.fnUntraced(function* (
 ) {
   const startedNanos = yield* Clock.currentTimeNanos
   const delivery = yield* Effect.result(verify(endpoint, request, intake.maxBytes))
-  if (Result.isFailure(delivery)) return yield* refuse(name, delivery.failure)
+  if (Result.isFailure(delivery)) return yield* refuse(intake, name, delivery.failure)
   return yield* store(intake.writer, name, inboxRow(name, endpoint, delivery.success), startedNanos)
 })
 
@@ -247,12 +255,12 @@ const handle = (intake: Intake) =>
   Effect.fn("WebhookIntake.deliver")(function* (name: string, request: HttpServerRequest.HttpServerRequest) {
     const endpoint = intake.endpoints.get(name)
     if (endpoint === undefined) {
-      return yield* refuse("unknown", rejected("unknown_endpoint", `no webhook endpoint named ${name}`))
+      return yield* refuse(intake, "unknown", rejected("unknown_endpoint", `no webhook endpoint named ${name}`))
     }
     const { maxBytes } = intake
     const declared = request.headers["content-length"]
     if (declared !== undefined && Number(declared) > maxBytes) {
-      return yield* refuse(name, rejected("body_too_large", `the body exceeds ${maxBytes} bytes`))
+      return yield* refuse(intake, name, rejected("body_too_large", `the body exceeds ${maxBytes} bytes`))
     }
     const reserved = declared !== undefined && Number.isFinite(Number(declared)) ? Number(declared) : maxBytes
     if (intake.inflightBytes + reserved > intake.maxInflight) {
@@ -289,13 +297,14 @@ export class WebhookIntake extends Context.Service<
       const intake: Intake = {
         endpoints,
         writer,
+        refusals: yield* WebhookRefusals,
         maxBytes: config.webhooks.max_body_bytes,
         maxInflight: config.webhooks.max_inflight_bytes,
         inflightBytes: 0
       }
       return WebhookIntake.of({ handle: handle(intake), endpoints: [...endpoints.keys()] })
     })
-  )
+  ).pipe(Layer.provideMerge(WebhookRefusals.layer))
 
   /**
    * Registers `POST /webhooks/<name>` for every configured endpoint, and `POST /webhooks/:name`

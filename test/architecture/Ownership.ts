@@ -16,6 +16,7 @@ export const TableOwners: Readonly<Record<string, ReadonlyArray<string>>> = {
   "crm.*": ["src/warehouse/"],
   "crm_sync.webhook_inbox": ["src/webhooks/WebhookInbox.ts"],
   "crm_sync.webhook_subscriptions": ["src/webhooks/Subscriptions.ts"],
+  "crm_sync.webhook_refusals": ["src/webhooks/WebhookRefusals.ts"],
   "crm_sync.outbox": ["src/outbound/Outbox.ts"],
   "crm_sync.job_runs": ["src/sync/JobRuns.ts"],
   "crm_sync.crawl_runs": ["src/sync/CrawlRuns.ts"],

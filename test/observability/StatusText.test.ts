@@ -11,6 +11,8 @@ const report = (jobs: StatusReport["last_jobs"]): StatusReport => ({
   inbox: {},
   outbox: {},
   connections_needing_reauthorization: [],
+  grant_gaps: [],
+  webhook_refusals: [],
   last_jobs: jobs,
   plan: []
 })
@@ -32,6 +34,48 @@ describe("renderStatus", () => {
     assert.include(
       text,
       "connections none in this config; the warehouse has jobs of firm, sandbox, configured where they run\n"
+    )
+  })
+})
+
+describe("refusals and grant gaps in status", () => {
+  const base = report([])
+  it("one line per endpoint and reason, with the count, the reason in words and how long ago", () => {
+    const text = renderStatus({
+      ...base,
+      webhook_refusals: [
+        {
+          endpoint: "client-created",
+          reason: "bad_signature",
+          count: 14,
+          first_at: "2026-11-26T02:00:00.000Z",
+          last_at: "2026-11-26T02:58:00.000Z"
+        },
+        {
+          endpoint: "default",
+          reason: "stale_timestamp",
+          count: 1,
+          first_at: "2026-11-26T01:00:00.000Z",
+          last_at: "2026-11-26T01:00:00.000Z"
+        }
+      ]
+    })
+    assert.include(text, "refused     endpoint client-created: 14 deliveries refused, bad signature, last 2 min ago\n")
+    assert.include(text, "refused     endpoint default: 1 delivery refused, stale timestamp, last 2 h ago")
+  })
+
+  it("a refused grant's range: open while refused, closed once connected again", () => {
+    const text = renderStatus({
+      ...base,
+      grant_gaps: [
+        { connection: "firm", from: "2026-11-26T01:00:00.000Z", until: null },
+        { connection: "other", from: "2026-11-25T01:00:00.000Z", until: "2026-11-25T03:00:00.000Z" }
+      ]
+    })
+    assert.include(text, "gap         connection firm: grant refused since 2026-11-26T01:00:00.000Z: no webhook events")
+    assert.include(
+      text,
+      "gap         connection other: no webhook events from 2026-11-25T01:00:00.000Z to 2026-11-25T03:00:00.000Z (grant refused)"
     )
   })
 })

@@ -520,7 +520,7 @@ layer(TestLayer, { excludeTestServices: true })("EventProcessor", (it) => {
 
       transcriptMode.delete("mtg_flaky")
       assert.strictEqual(
-        yield* replay({ _tag: "Dead" }),
+        (yield* replay({ _tag: "Dead" })).replayed,
         yield* count(`SELECT count(*)::int AS n FROM crm_sync.webhook_inbox WHERE status = 'pending' AND attempts = 0`)
       )
       yield* drain

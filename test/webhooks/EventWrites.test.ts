@@ -54,6 +54,32 @@ describe("decide", () => {
     })
   )
 
+  it.effect(
+    "an event without event_type on an all-types endpoint is dead with what to fix: its typed endpoint's secret",
+    () =>
+      Effect.gen(function* () {
+        const typed = [
+          { name: "client-created", eventType: "client.created" },
+          { name: "client-updated", eventType: "client.updated" },
+          { name: "prospect-created", eventType: "prospect.created" }
+        ]
+        const updated = settled(yield* decide(claimed(eventFixture("client.updated")), typed))
+        assert.strictEqual(updated.status, "dead")
+        assert.strictEqual(
+          updated.error,
+          "no event_type: a client.* or prospect.created event reached endpoint default and its copy on client-updated " +
+            "never arrived; check that the signing secret of that endpoint matches the CRM's (crm-sync status lists refused deliveries)"
+        )
+        // A record's fields at the top: client.created or prospect.created.
+        const created = settled(yield* decide(claimed(eventFixture("client.created")), typed))
+        assert.include(created.error, "its copy on client-created, prospect-created never arrived")
+        assert.include(created.error, "the signing secret of those endpoints")
+        // No endpoint for those events at all: say to configure one.
+        const unconfigured = settled(yield* decide(claimed(eventFixture("client.created")), []))
+        assert.include(unconfigured.error, "configure an endpoint with event_type client.created")
+      })
+  )
+
   it.effect("an event type no table takes stays unhandled, for a later replay", () =>
     Effect.gen(function* () {
       const decision = settled(yield* decide(claimed({ event_type: "person.updated", id: "per_1" })))
@@ -101,7 +127,7 @@ describe("groupWrites", () => {
         claimed({ ...eventFixture("task.deleted"), id: "tsk_2" }, { hookId: "d" }),
         claimed({ ...eventFixture("task.deleted"), id: "tsk_2" }, { hookId: "e" })
       ]
-      const decisions = yield* Effect.forEach(rows, decide)
+      const decisions = yield* Effect.forEach(rows, (row) => decide(row))
       const writes = groupWrites(decisions.map((decision) => ({ decision: applied(decision) })))
 
       assert.deepStrictEqual(

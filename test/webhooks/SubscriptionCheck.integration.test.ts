@@ -2,8 +2,8 @@
  * Lag can be observed: the daily subscription check finds a webhook subscription that vanished
  * behind crm-sync's back (another process unsubscribed; the check's POST creates a new one), says
  * so in crm_sync.webhook_subscriptions and in /metrics; and the state gauges export the last
- * successful run and failures of each job, the poll cursor, the last delivery per endpoint and the
- * records the warehouse refused.
+ * successful run and failures of each job, the poll cursor, the last delivery and the last refused
+ * delivery per endpoint, when the subscription was made, and the records the warehouse refused.
  */
 import { assert, layer } from "@effect/vitest"
 import { Effect, Layer } from "effect"
@@ -105,6 +105,10 @@ layer(TestLayer, { excludeTestServices: true, timeout: 60_000 })("subscription c
       yield* sql`
         INSERT INTO crm_sync.undecodable_records (resource, record_id, raw, error, source)
         VALUES ('tasks', 't1', '{"id": "t1"}', 'updated_at: Expected a timestamp', 'webhook')`
+      // Deliveries refused on an endpoint (as the intake records them), for the alert on refusals.
+      yield* sql`
+        INSERT INTO crm_sync.webhook_refusals (endpoint, reason, count, first_at, last_at)
+        VALUES ('default', 'bad_signature', 3, now() - interval '10 minutes', now() - interval '1 minute')`
 
       yield* refresh
       const text = yield* PrometheusMetrics.format()
@@ -129,6 +133,17 @@ layer(TestLayer, { excludeTestServices: true, timeout: 60_000 })("subscription c
         Date.parse("2026-01-03T00:00:00Z") / 1000
       )
       assert.strictEqual(metric(text, 'crm_sync_undecodable_records{resource="tasks"}'), 1)
+      const [stored] = yield* sql<{ last: number; subscribed: number }>`
+        SELECT floor(extract(epoch FROM r.last_at))::float8 AS last, floor(extract(epoch FROM s.changed_at))::float8 AS subscribed
+        FROM crm_sync.webhook_refusals r, crm_sync.webhook_subscriptions s`
+      assert.strictEqual(
+        metric(text, 'crm_sync_webhook_last_refusal_timestamp_seconds{endpoint="default",reason="bad_signature"}'),
+        stored!.last
+      )
+      assert.strictEqual(
+        metric(text, 'crm_sync_webhook_subscribed_timestamp_seconds{connection="firm"}'),
+        stored!.subscribed
+      )
 
       // The next check finds the new subscription unchanged; unsubscribing on purpose stops the checks.
       assert.strictEqual((yield* checkFirm).state, "present")
