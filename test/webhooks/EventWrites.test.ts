@@ -163,7 +163,7 @@ describe("groupWrites", () => {
         claimed(eventFixture("client.created"), { ...times, hookId: "a", eventType: "client.created" }),
         claimed({ ...eventFixture("task.deleted"), id: "tsk_2" }, { ...times, hookId: "b" })
       ]
-      const decisions = yield* Effect.forEach(rows, decide)
+      const decisions = yield* Effect.forEach(rows, (row) => decide(row))
       const writes = groupWrites(decisions.map((decision) => ({ decision: applied(decision) })))
       assert.deepStrictEqual(
         writes.upserts.map(({ resource, orderedAt }) => ({ resource, orderedAt })),
