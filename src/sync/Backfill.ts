@@ -255,7 +255,8 @@ const referenceStep = (client: CrmClientShape, resource: BackfillResource, track
       ...emptyRow(client.connection.name, resource),
       pages: summary.requests,
       requests: summary.requests,
-      records: summary.books + summary.projectTemplates,
+      // Every record written (me, books, their users and teams, templates), as the counts are.
+      records: summary.inserted + summary.updated + summary.unchanged + summary.rejected,
       inserted: summary.inserted,
       updated: summary.updated,
       unchanged: summary.unchanged,
