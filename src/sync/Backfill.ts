@@ -385,10 +385,12 @@ interface SessionProgress {
 const interruptedRow = (
   tracker: Tracker,
   now: number,
-  stored: { readonly lastPage: number; readonly totalPages: number | undefined } | undefined
+  stored: Effect.Success<ReturnType<typeof openRunPosition>>
 ): BackfillRow => {
   const at = tracker.last
-  // The crawl's own record is the truth (its writers may have stored pages after the last update).
+  // The crawl's own record is the truth (its writers may have stored pages after the last
+  // update); its counters are the crawl's so far, which the next backfill goes on with (the
+  // requests are this backfill's, as in the other rows).
   const pages = stored?.lastPage ?? at?.pages ?? 0
   const totalPages = stored?.totalPages ?? at?.totalPages
   return {
@@ -396,7 +398,10 @@ const interruptedRow = (
     status: "interrupted",
     pages,
     requests: at?.requests ?? 0,
-    records: at?.records ?? 0,
+    records: stored?.seen ?? at?.records ?? 0,
+    inserted: stored?.inserted ?? 0,
+    updated: stored?.updated ?? 0,
+    unchanged: stored?.unchanged ?? 0,
     seconds: (now - tracker.startedAt) / 1000,
     note:
       tracker.resource === "reference"

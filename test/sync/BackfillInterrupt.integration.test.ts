@@ -75,14 +75,14 @@ layer(TestLayer, { timeout: 180_000, excludeTestServices: true })("backfill stop
       const code = yield* exited
       const out = stdout.join("")
       const err = stderr.join("")
-      const [stopped] = yield* sql<{ last_page: number; total_pages: number }>`
-        SELECT last_page, total_pages FROM crm_sync.crawl_runs
+      const [stopped] = yield* sql<{ last_page: number; total_pages: number; seen: number; inserted: number }>`
+        SELECT last_page, total_pages, seen, inserted FROM crm_sync.crawl_runs
         WHERE resource = 'financial_accounts' AND source = 'backfill'`
 
       assert.strictEqual(code, 1, `exit code; stdout:\n${out}\nstderr:\n${err}`)
       // The summary: what was done, and where the interrupted crawl stopped.
       const row = (resource: string) =>
-        out.split("\n").find((line) => line.startsWith(`default     ${resource} `) || line.split(/\s+/)[1] === resource)
+        out.split("\n").find((line) => line.startsWith("default ") && line.split(/\s+/)[1] === resource)
       assert.match(row("businesses") ?? "", /\bdone\b/, out)
       assert.match(row("financial_accounts") ?? "", /\binterrupted\b/, out)
       // The page it names is the last one stored (or the one before, if the signal came between
@@ -91,6 +91,14 @@ layer(TestLayer, { timeout: 180_000, excludeTestServices: true })("backfill stop
       assert.isNotNull(stoppedAt, out)
       assert.include([stopped!.last_page, stopped!.last_page - 1], Number(stoppedAt![1]), `${out}\n${err}`)
       assert.strictEqual(Number(stoppedAt![2]), stopped!.total_pages)
+      // Its row counts what the crawl stored: pages, records, inserted.
+      const cells = (row("financial_accounts") ?? "").trim().split(/\s+/)
+      const number = (value: number) => value.toLocaleString("en-US")
+      assert.deepStrictEqual(
+        [cells[3], cells[5], cells[6]],
+        [number(stopped!.last_page), number(stopped!.seen), number(stopped!.inserted)],
+        out
+      )
       // One line on stderr: interrupted, and how to resume.
       const last = err.trim().split("\n").at(-1) ?? ""
       assert.match(last, /^crm-sync: backfill interrupted/, err)
