@@ -431,6 +431,12 @@ const reportInterrupted = (
             Effect.orElseSucceed(() => undefined)
           )
     const rows = current === undefined ? progress.rows : [...progress.rows, interruptedRow(current, now, stored)]
+    if (rows.length === 0) {
+      // Stopped while it waited for another backfill (or before its first resource).
+      return yield* Console.error(
+        "crm-sync: backfill interrupted before it read anything; run `crm-sync backfill` again"
+      )
+    }
     const summary: BackfillSummary = {
       rows,
       requests: rows.reduce((sum, row) => sum + row.requests, 0),
@@ -504,27 +510,22 @@ const session = (
 const recorded = (
   mode: ProgressMode,
   resources: ReadonlyArray<BackfillResource>,
-  render: (summary: BackfillSummary, failed: boolean) => string
+  render: (summary: BackfillSummary, failed: boolean) => string,
+  progress: SessionProgress
 ) =>
   Effect.gen(function* () {
-    const config = yield* AppConfig
     const jobRuns = yield* JobRuns
     const done = yield* finishedEarlier(resources)
-    const progress: SessionProgress = { startedAt: yield* Clock.currentTimeMillis, rows: [], current: undefined }
     const outcome = yield* Effect.result(
-      jobRuns
-        .record(
-          "backfill",
-          null,
-          Effect.map(session(mode, resources, done, progress), (summary) => ({
-            ...summary,
-            detail: { rows: summary.rows.map((row) => ({ ...row })) }
-          })),
-          { resources }
-        )
-        .pipe(
-          Effect.onInterrupt(() => reportInterrupted(progress, resources.length * config.connections.length, render))
-        )
+      jobRuns.record(
+        "backfill",
+        null,
+        Effect.map(session(mode, resources, done, progress), (summary) => ({
+          ...summary,
+          detail: { rows: summary.rows.map((row) => ({ ...row })) }
+        })),
+        { resources }
+      )
     )
     if (outcome._tag === "Failure") {
       const failure = outcome.failure
@@ -544,10 +545,15 @@ const run = Effect.fn("backfill")(function* (options?: BackfillOptions) {
   const resources = yield* selection(options)
   const mode = options?.progress === undefined || options.progress === "auto" ? detectProgressMode() : options.progress
   const leases = yield* JobLease
+  const config = yield* AppConfig
+  const render = options?.render ?? renderSummary
+  const progress: SessionProgress = { startedAt: yield* Clock.currentTimeMillis, rows: [], current: undefined }
   // One backfill at a time on a database: two would only race each other for the same leases.
-  return yield* leases.run("backfill", recorded(mode, resources, options?.render ?? renderSummary), {
-    onWait: Effect.logWarning("backfill: another backfill is running on this database; waiting for it to finish")
-  })
+  return yield* leases
+    .run("backfill", recorded(mode, resources, render, progress), {
+      onWait: Effect.logWarning("backfill: another backfill is running on this database; waiting for it to finish")
+    })
+    .pipe(Effect.onInterrupt(() => reportInterrupted(progress, resources.length * config.connections.length, render)))
 })
 
 /**

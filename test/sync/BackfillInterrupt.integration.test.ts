@@ -29,6 +29,37 @@ const TestLayer = Layer.mergeAll(Sandbox.layer({ seed: 7, records: 3000, limits:
 
 const main = new URL("../../src/main.ts", import.meta.url).pathname
 
+/** `crm-sync backfill` as its own process, with its output; killed with the test's scope. */
+const startBackfill = Effect.gen(function* () {
+  const running = yield* Sandbox
+  const url = yield* DatabaseUrl
+  const stdout: Array<string> = []
+  const stderr: Array<string> = []
+  const child = yield* Effect.acquireRelease(
+    Effect.sync(() => {
+      const process_ = spawn(process.execPath, [main, "backfill"], {
+        env: {
+          PATH: process.env.PATH ?? "",
+          CRM_SYNC_DATABASE_URL: url,
+          CRM_BASE_URL: running.baseUrl,
+          CRM_TOKEN: running.credentials.personalAccessToken
+        },
+        stdio: ["ignore", "pipe", "pipe"]
+      })
+      process_.stdout.on("data", (chunk: Buffer) => stdout.push(chunk.toString()))
+      process_.stderr.on("data", (chunk: Buffer) => stderr.push(chunk.toString()))
+      return process_
+    }),
+    (process_) =>
+      Effect.sync(() => process_.exitCode === null && process_.signalCode === null && process_.kill("SIGKILL"))
+  )
+  const exited = Effect.callback<number | null>((resume) => {
+    if (child.exitCode !== null || child.signalCode !== null) return resume(Effect.succeed(child.exitCode))
+    child.once("exit", (code) => resume(Effect.succeed(code)))
+  })
+  return { child, stdout, stderr, exited }
+})
+
 layer(TestLayer, { timeout: 180_000, excludeTestServices: true })("backfill stopped by SIGTERM", (it) => {
   it.effect("exits 1 with the summary of what it did and how to resume", () =>
     Effect.gen(function* () {
@@ -36,31 +67,7 @@ layer(TestLayer, { timeout: 180_000, excludeTestServices: true })("backfill stop
       const running = yield* Sandbox
       // Slow financial-account pages, so that the signal surely arrives in the middle of them.
       yield* running.admin.addFault({ kind: "latency", ms: 60, path: "/v1/financial_accounts" })
-      const url = yield* DatabaseUrl
-      const stdout: Array<string> = []
-      const stderr: Array<string> = []
-      const child = yield* Effect.acquireRelease(
-        Effect.sync(() => {
-          const process_ = spawn(process.execPath, [main, "backfill"], {
-            env: {
-              PATH: process.env.PATH ?? "",
-              CRM_SYNC_DATABASE_URL: url,
-              CRM_BASE_URL: running.baseUrl,
-              CRM_TOKEN: running.credentials.personalAccessToken
-            },
-            stdio: ["ignore", "pipe", "pipe"]
-          })
-          process_.stdout.on("data", (chunk: Buffer) => stdout.push(chunk.toString()))
-          process_.stderr.on("data", (chunk: Buffer) => stderr.push(chunk.toString()))
-          return process_
-        }),
-        (process_) =>
-          Effect.sync(() => process_.exitCode === null && process_.signalCode === null && process_.kill("SIGKILL"))
-      )
-      const exited = Effect.callback<number | null>((resume) => {
-        if (child.exitCode !== null || child.signalCode !== null) return resume(Effect.succeed(child.exitCode))
-        child.once("exit", (code) => resume(Effect.succeed(code)))
-      })
+      const { child, stdout, stderr, exited } = yield* startBackfill
 
       // Stop it once it has stored a few pages of financial accounts.
       while (true) {
@@ -103,6 +110,41 @@ layer(TestLayer, { timeout: 180_000, excludeTestServices: true })("backfill stop
       const last = err.trim().split("\n").at(-1) ?? ""
       assert.match(last, /^crm-sync: backfill interrupted/, err)
       assert.include(last, "run `crm-sync backfill` again to resume")
+    })
+  )
+
+  it.effect("stopped while it waits for another backfill, it exits 1 saying it read nothing", () =>
+    Effect.gen(function* () {
+      const sql = yield* SqlClient
+      const running = yield* Sandbox
+      // The first backfill resumes the crawl the test above interrupted, slowly enough to be
+      // still running while the second waits for it.
+      yield* running.admin.clearFaults
+      yield* running.admin.addFault({ kind: "latency", ms: 2_000, path: "/v1/financial_accounts" })
+      const first = yield* startBackfill
+      while (true) {
+        const [open] = yield* sql<{ n: number }>`
+          SELECT count(*)::int AS n FROM crm_sync.job_runs WHERE job = 'backfill' AND status = 'running'`
+        if (open!.n > 0) break
+        if (first.child.exitCode !== null) return assert.fail(`the first backfill ended:\n${first.stderr.join("")}`)
+        yield* Effect.sleep("20 millis")
+      }
+      const second = yield* startBackfill
+      while (!second.stderr.join("").includes("another backfill is running")) {
+        if (second.child.exitCode !== null) return assert.fail(`the second backfill ended:\n${second.stderr.join("")}`)
+        yield* Effect.sleep("20 millis")
+      }
+      second.child.kill("SIGTERM")
+      const code = yield* second.exited
+      const err = second.stderr.join("")
+      assert.strictEqual(code, 1, err)
+      assert.strictEqual(
+        err.trim().split("\n").at(-1),
+        "crm-sync: backfill interrupted before it read anything; run `crm-sync backfill` again"
+      )
+      assert.strictEqual(second.stdout.join(""), "", "no table: it did nothing")
+      first.child.kill("SIGTERM")
+      assert.strictEqual(yield* first.exited, 1)
     })
   )
 })
