@@ -57,7 +57,7 @@ export const Daemon = Layer.unwrap(
         )
       )
     )
-    // Closed first when a signal arrives: the line that says the stop began.
+    // Released as the daemon's layers close (a signal): the line that says the stop began.
     const started = Layer.effectDiscard(
       Effect.acquireRelease(
         Effect.logInfo(

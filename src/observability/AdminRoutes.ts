@@ -39,7 +39,7 @@ const sameToken = (given: string, expected: string) => {
 }
 
 /** The token an Authorization header carries: a Bearer token, or the password of Basic credentials. */
-export const givenToken = (header: string): string => {
+const givenToken = (header: string): string => {
   const [scheme = "", value = ""] = header.trim().split(/\s+/, 2)
   if (scheme.toLowerCase() === "bearer") return value
   if (scheme.toLowerCase() !== "basic") return ""
