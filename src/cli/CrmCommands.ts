@@ -30,7 +30,18 @@ export const backfill = (input: { readonly resource: BackfillResourceName | unde
           }
         : {})
     })
-  }).pipe(Effect.provide(ApiStack), withBase)
+  }).pipe(
+    // A signal ends the command as an interruption, which the command line exits 0 on (a daemon's
+    // normal stop); a backfill stopped part way is not done, and a Job must run it again. The
+    // backfill has printed its table and the line saying how to resume.
+    Effect.onInterrupt(() =>
+      Effect.sync(() => {
+        process.exitCode = 1
+      })
+    ),
+    Effect.provide(ApiStack),
+    withBase
+  )
 
 export const reconcile = (input: { readonly connection: string | undefined; readonly json: boolean }) =>
   Effect.gen(function* () {

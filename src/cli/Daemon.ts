@@ -57,10 +57,14 @@ export const Daemon = Layer.unwrap(
         )
       )
     )
+    // Released as the daemon's layers close (a signal): the line that says the stop began.
     const started = Layer.effectDiscard(
-      Effect.logInfo(
-        `crm-sync running: ${config.connections.length} connection(s), webhooks on port ${config.webhook_port}, ` +
-          `status page and metrics on port ${config.admin_port}`
+      Effect.acquireRelease(
+        Effect.logInfo(
+          `crm-sync running: ${config.connections.length} connection(s), webhooks on port ${config.webhook_port}, ` +
+            `status page and metrics on port ${config.admin_port}`
+        ),
+        () => Effect.logInfo("crm-sync stopping: finishing the work in hand")
       )
     )
     return Layer.mergeAll(
@@ -101,4 +105,10 @@ const webhookServer = (config: AppConfigShape) => {
 const exactPaths = { caseSensitive: true, ignoreTrailingSlash: false, ignoreDuplicateSlashes: false } as const
 
 /** `crm-sync run`. */
-export const run = () => withBase(Layer.launch(Daemon))
+export const run = () =>
+  withBase(
+    Layer.launch(Daemon).pipe(
+      // A signal ends the daemon as an interruption, after every part has shut down.
+      Effect.onInterrupt(() => Effect.logInfo("crm-sync stopped"))
+    )
+  )

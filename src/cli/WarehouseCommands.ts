@@ -5,6 +5,7 @@
  */
 import * as Console from "effect/Console"
 import * as Effect from "effect/Effect"
+import * as Schema from "effect/Schema"
 import { AppConfig } from "../config/AppConfig.ts"
 import { DatabaseInfo, DatabaseLive, MigratedDatabase } from "../warehouse/Database.ts"
 import { migrate as applyMigrations } from "../warehouse/Migrations.ts"
@@ -49,6 +50,9 @@ export const plan = (input: { readonly json: boolean }) =>
     )
   }).pipe(Effect.provide(MigratedDatabase), withBase)
 
+/** `outbox retry` of a row that is not waiting to be sent again: nothing was done (exit 1). */
+class NothingToRetry extends Schema.TaggedError<NothingToRetry>()("NothingToRetry", { message: Schema.String }) {}
+
 export const outboxRetry = (input: { readonly id: number; readonly newKey: boolean; readonly json: boolean }) =>
   Effect.gen(function* () {
     const { id, newKey, json } = input
@@ -60,15 +64,17 @@ export const outboxRetry = (input: { readonly id: number; readonly newKey: boole
       )
     }
     if (json) {
-      return yield* Console.log(
-        JSON.stringify({ id, changed: result.changed, status: result.status, new_key: result.newKey })
+      yield* Console.log(JSON.stringify({ id, changed: result.changed, status: result.status, new_key: result.newKey }))
+    } else if (result.changed) {
+      yield* Console.log(
+        `outbox ${id}: pending again${result.newKey ? " with a new idempotency key" : ", same idempotency key"}; the writer sends it next`
       )
     }
-    yield* Console.log(
-      result.changed
-        ? `outbox ${id}: pending again${result.newKey ? " with a new idempotency key" : ", same idempotency key"}; the writer sends it next`
-        : `outbox ${id} is ${result.status}: nothing to retry`
-    )
+    if (!result.changed) {
+      return yield* new NothingToRetry({
+        message: `outbox ${id} is ${result.status}: only a failed or needs_review row is sent again`
+      })
+    }
   }).pipe(Effect.provide(MigratedDatabase), withBase)
 
 export const webhooksReplay = (input: {

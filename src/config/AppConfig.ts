@@ -260,6 +260,11 @@ export const ConfigDocument = Schema.Struct({
   admin_host: withDefault(Schema.NonEmptyString, "0.0.0.0"),
   /** When set, every admin request but `/healthz` and `/readyz` needs `Authorization: Bearer <token>`. */
   admin_token: Schema.optionalKey(Secret),
+  /**
+   * `/metrics` answers without `admin_token`: Prometheus's pod-annotation discovery cannot send
+   * one. For an admin port that only the cluster reaches (the shipped NetworkPolicy).
+   */
+  open_metrics: withDefault(Schema.Boolean, false),
   log_level: withDefault(Schema.Literals(["debug", "info", "warn", "error"]), "info"),
   /**
    * `apply` (default): every command applies pending migrations first. `check`: it only verifies
@@ -390,6 +395,7 @@ export const mergeEnv = (file: Json, env: EnvValues): Json => {
   set("webhook_port", env.webhookPort, (raw) => (/^\d+$/.test(raw) ? Number(raw) : raw))
   set("admin_port", env.adminPort, (raw) => (/^\d+$/.test(raw) ? Number(raw) : raw))
   set("admin_token", env.adminToken)
+  set("open_metrics", env.openMetrics, (raw) => (raw === "true" ? true : raw === "false" ? false : raw))
   set("log_level", env.logLevel)
   set("migrations", env.migrations)
   if (Option.isSome(env.reconcileSchedule) && env.reconcileSchedule.value !== "") {

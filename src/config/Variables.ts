@@ -43,7 +43,16 @@ export const Variables = {
     key: "admin_port",
     about: "Status page, metrics and probes port (default: 9090)"
   },
-  adminToken: { name: "CRM_SYNC_ADMIN_TOKEN", key: "admin_token", about: "Bearer token the admin port asks for" },
+  adminToken: {
+    name: "CRM_SYNC_ADMIN_TOKEN",
+    key: "admin_token",
+    about: "Token the admin port asks for (Bearer, or a browser's password)"
+  },
+  openMetrics: {
+    name: "CRM_SYNC_OPEN_METRICS",
+    key: "open_metrics",
+    about: "true: /metrics answers without the admin token (default: false)"
+  },
   logLevel: {
     name: "CRM_SYNC_LOG_LEVEL",
     alias: "LOG_LEVEL",

@@ -443,6 +443,17 @@ export class Credentials extends Context.Service<
   )
 }
 
+/**
+ * The CRM user of each connection's grant, where `connect` recorded it: an OAuth connection's token
+ * bucket is that user's (spec §8), for the plan and `status` as for the client.
+ */
+export const recordedUsers = Effect.gen(function* () {
+  const sql = yield* SqlClient
+  const rows = yield* sql<{ connection: string; user_id: string }>`
+    SELECT connection, user_id FROM crm_sync.credentials WHERE user_id IS NOT NULL`
+  return new Map(rows.map((row) => [row.connection, row.user_id]))
+})
+
 /** The connections whose grant the CRM refused (`invalid_grant`): `crm-sync connect` again. */
 export const needingReauthorization = Effect.gen(function* () {
   const sql = yield* SqlClient

@@ -3,9 +3,11 @@
  * JSON, `/metrics`, `/readyz` and `/healthz`. Nothing here is served on the webhook port, which
  * faces the internet so that the CRM can deliver: there only `/webhooks/*` and `/healthz` answer.
  *
- * With `admin_token` set, every admin request needs `Authorization: Bearer <token>`, except the
- * two probes, which reveal nothing and which orchestrators call without credentials. The token is
- * compared in constant time.
+ * With `admin_token` set, every admin request needs the token, except the two probes, which reveal
+ * nothing and which orchestrators call without credentials, and `/metrics` when `open_metrics` is
+ * set (Prometheus's pod-annotation discovery cannot send a token). Scripts and Prometheus send it
+ * as `Authorization: Bearer <token>`; a browser as the password of HTTP Basic (any user name): a
+ * 401 carries a Basic challenge, so the browser asks for it. The token is compared in constant time.
  */
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -22,11 +24,12 @@ import { renderStatusPage, statusDetails } from "./StatusPage.ts"
 import { StatusRoute, StatusSnapshot } from "./StatusReport.ts"
 
 /** Paths answered without the token: liveness and readiness probes. */
-const OPEN_PATHS = new Set(["/healthz", "/readyz"])
+const PROBES = ["/healthz", "/readyz"]
 
-const unauthorized = HttpServerResponse.text("unauthorized\n", {
+/** The Basic challenge makes a browser ask for a user name and password; the token is the password. */
+const unauthorized = HttpServerResponse.text("unauthorized: send the admin token (Bearer, or as the password)\n", {
   status: 401,
-  headers: { "www-authenticate": 'Bearer realm="crm-sync admin"' }
+  headers: { "www-authenticate": 'Basic realm="crm-sync admin", charset="UTF-8"' }
 })
 
 const sameToken = (given: string, expected: string) => {
@@ -35,17 +38,26 @@ const sameToken = (given: string, expected: string) => {
   return a.length === b.length && timingSafeEqual(a, b)
 }
 
-/** Requires the bearer token on every admin route but the probes. */
-const requireToken = (token: Redacted.Redacted<string>) =>
+/** The token an Authorization header carries: a Bearer token, or the password of Basic credentials. */
+const givenToken = (header: string): string => {
+  const [scheme = "", value = ""] = header.trim().split(/\s+/, 2)
+  if (scheme.toLowerCase() === "bearer") return value
+  if (scheme.toLowerCase() !== "basic") return ""
+  const decoded = Buffer.from(value, "base64").toString("utf8")
+  const colon = decoded.indexOf(":")
+  return colon < 0 ? "" : decoded.slice(colon + 1)
+}
+
+/** Requires the token on every admin route but the open ones. */
+const requireToken = (token: Redacted.Redacted<string>, open: ReadonlySet<string>) =>
   HttpRouter.middleware(
     (httpEffect) =>
       Effect.gen(function* () {
         const request = yield* HttpServerRequest.HttpServerRequest
         const path = request.url.split("?")[0] ?? ""
-        if (OPEN_PATHS.has(path)) return yield* httpEffect
-        const header = request.headers.authorization ?? ""
-        const given = header.startsWith("Bearer ") ? header.slice("Bearer ".length) : ""
-        return sameToken(given, Redacted.value(token)) ? yield* httpEffect : unauthorized
+        if (open.has(path)) return yield* httpEffect
+        const given = givenToken(request.headers.authorization ?? "")
+        return given !== "" && sameToken(given, Redacted.value(token)) ? yield* httpEffect : unauthorized
       }),
     { global: true }
   )
@@ -82,6 +94,7 @@ const StatusPageRoute = HttpRouter.use(
 export const AdminRoutes = Layer.unwrap(
   Effect.map(AppConfig, (config) => {
     const routes = Layer.mergeAll(HealthRoutes, StatusRoute, StatusPageRoute).pipe(Layer.provide(StatusSnapshot.layer))
-    return config.admin_token === undefined ? routes : Layer.mergeAll(routes, requireToken(config.admin_token))
+    const open = new Set(config.open_metrics ? [...PROBES, "/metrics"] : PROBES)
+    return config.admin_token === undefined ? routes : Layer.mergeAll(routes, requireToken(config.admin_token, open))
   })
 )

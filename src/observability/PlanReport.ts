@@ -13,6 +13,7 @@ import { bucketsFor, strictest } from "../budget/Buckets.ts"
 import { type ConnectionPlan, type CrawlInput, planConnection } from "../budget/Plan.ts"
 import { formatDuration } from "./Text.ts"
 import { learnedCeilings } from "../budget/RateBudget.ts"
+import { recordedUsers } from "../crm/Credentials.ts"
 import { attemptsLastDay } from "../outbound/Outbox.ts"
 import { lastListingTotal } from "../sync/CrawlRuns.ts"
 import { averagePollRequests } from "../sync/JobRuns.ts"
@@ -70,10 +71,11 @@ const recentRates = (connection: string, isFirst: boolean) =>
   })
 
 /** The plan input of one connection, read from the database. */
-const inputFor = (config: AppConfigShape, connection: Connection, now: Date) =>
+const inputFor = (config: AppConfigShape, connection: Connection, now: Date, userId: string | undefined) =>
   Effect.gen(function* () {
-    // Each bucket at the ceiling the budget learned for it (others spend the rest), while it holds.
-    const specs = bucketsFor(connection)
+    // The buckets the client draws on (an OAuth grant's user's, once known), each at the ceiling
+    // the budget learned for it (others spend the rest), while it holds.
+    const specs = bucketsFor(connection, { userId })
     const learned = yield* learnedCeilings(
       specs.map((spec) => spec.key),
       config.budget.learned_ceiling_ttl
@@ -123,7 +125,10 @@ const inputFor = (config: AppConfigShape, connection: Connection, now: Date) =>
 export const planReport = Effect.fn("PlanReport.make")(function* (config: AppConfigShape) {
   const now = new Date(yield* Effect.clockWith((clock) => clock.currentTimeMillis))
   const plans: Array<ConnectionPlan> = []
-  for (const connection of config.connections) plans.push(yield* inputFor(config, connection, now))
+  const users = yield* recordedUsers
+  for (const connection of config.connections) {
+    plans.push(yield* inputFor(config, connection, now, users.get(connection.name)))
+  }
   return plans
 })
 

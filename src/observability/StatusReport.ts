@@ -12,8 +12,9 @@ import * as HttpRouter from "effect/http/HttpRouter"
 import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import { SqlClient } from "effect/sql/SqlClient"
 import { AppConfig, type AppConfigShape } from "../config/AppConfig.ts"
+import { bucketKey } from "../budget/Buckets.ts"
 import { bucketWindows } from "../budget/RateBudget.ts"
-import { grantGaps, needingReauthorization } from "../crm/Credentials.ts"
+import { grantGaps, needingReauthorization, recordedUsers } from "../crm/Credentials.ts"
 import { outboxCounts } from "../outbound/Outbox.ts"
 import { latestCursors } from "../sync/Cursors.ts"
 import { latestRuns } from "../sync/JobRuns.ts"
@@ -89,6 +90,22 @@ const iso = (value: unknown): string | null =>
 /** Refusals older than this (their latest) are no longer shown. */
 const REFUSALS_SHOWN = Duration.days(1)
 
+/**
+ * The budget's windows, one per real CRM bucket: an OAuth connection's requests made before its
+ * user was known (`connect`'s own) drew on `token:<connection>`, which the user's bucket replaced.
+ */
+const currentWindows = (config: AppConfigShape) =>
+  Effect.gen(function* () {
+    const users = yield* recordedUsers
+    const replaced = new Set(
+      config.connections.flatMap((connection) =>
+        connection.credential === "oauth" && users.has(connection.name) ? [bucketKey("token", connection.name)] : []
+      )
+    )
+    const windows = yield* bucketWindows(config.budget.learned_ceiling_ttl)
+    return windows.filter((window) => !replaced.has(window.bucket))
+  })
+
 export const statusReport = Effect.fn("StatusReport.make")(function* (
   config: AppConfigShape,
   database: DatabaseInfoShape
@@ -103,7 +120,7 @@ export const statusReport = Effect.fn("StatusReport.make")(function* (
       cursor: iso(cursors.find((cursor) => cursor.resource === table.table)?.cursor)
     }
   }
-  const windows = yield* bucketWindows(config.budget.learned_ceiling_ttl)
+  const windows = yield* currentWindows(config)
   const inbox = yield* inboxCounts
   const outbox = yield* outboxCounts
   const reauth = yield* needingReauthorization
@@ -218,12 +235,14 @@ export const renderStatus = (report: StatusReport): string => {
   }
   lines.push("")
   if (report.buckets.length === 0) lines.push("rate budget: no requests sent yet")
+  // A bucket's name may be long (`token:oauth:<app>:<user>`): the column is as wide as the longest.
+  const bucketWidth = Math.max(40, ...report.buckets.map((bucket) => bucket.bucket.length + 2))
   for (const bucket of report.buckets) {
     const blocked =
       (bucket.blocked_until === null ? "" : `  blocked until ${bucket.blocked_until}`) +
       (bucket.learned_limit === null ? "" : `  learned ceiling ${bucket.learned_limit} (others use the rest)`)
     lines.push(
-      `bucket ${pad(bucket.bucket, 40)}${bucket.used}/${bucket.limit}  resets ${bucket.resets_at ?? "-"}${blocked}`
+      `bucket ${pad(bucket.bucket, bucketWidth)}${bucket.used}/${bucket.limit}  resets ${bucket.resets_at ?? "-"}${blocked}`
     )
   }
   lines.push("")

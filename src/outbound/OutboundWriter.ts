@@ -185,10 +185,15 @@ export const failureOutcome = (
   }
   // The CRM refused this very request: with the same key and body, an earlier attempt that had
   // created the record would have been answered with it instead, so nothing exists under the key.
-  return settled("needs_review", error.message, {
-    response,
-    createdNothing: reason._tag === "Invalid" || reason._tag === "NotFound"
-  })
+  // Its detail ("book_id is unknown") is what a person must fix, so `error` says it too.
+  return settled(
+    "needs_review",
+    response.detail === undefined ? error.message : `${error.message}: ${response.detail}`,
+    {
+      response,
+      createdNothing: reason._tag === "Invalid" || reason._tag === "NotFound"
+    }
+  )
 }
 
 const recordFailure = Effect.fnUntraced(function* (writer: Writer, row: Outbox.OutboxRow, error: CrmError) {

@@ -5,16 +5,21 @@
  * included): the resources an unfinished backfill completed are not read again, the crawl it was in
  * goes on after its last stored page, and records never duplicate (the warehouse upserts by id). A
  * resource that fails does not stop the others; the backfill then fails, after the summary table.
+ * Stopped by a signal, it prints the table of what it did (the resource it was in `interrupted`,
+ * with the page where the next backfill goes on) and one line saying how to resume.
  */
 import * as Clock from "effect/Clock"
 import * as Console from "effect/Console"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
 import * as Logger from "effect/Logger"
 import type { SqlClient } from "effect/sql/SqlClient"
 import type { HttpClient } from "effect/http"
 import { AppConfig } from "../config/AppConfig.ts"
 import { strictest } from "../budget/Buckets.ts"
+import type { BucketSpec } from "../budget/Windows.ts"
+import { formatDuration } from "../observability/Text.ts"
 import { RateBudget } from "../budget/RateBudget.ts"
 import { CrmClient, type CrmClientShape } from "../crm/CrmClient.ts"
 import type { Credentials } from "../crm/Credentials.ts"
@@ -25,6 +30,7 @@ import {
   etaText,
   makeProgressDisplay,
   type ProgressDisplay,
+  type ProgressState,
   type ProgressMode
 } from "./BackfillProgress.ts"
 import {
@@ -33,11 +39,12 @@ import {
   BackfillResources,
   parseBackfillResource
 } from "./BackfillResources.ts"
-import { type BackfillRow, type BackfillSummary, emptyRow, renderSummary } from "./BackfillSummary.ts"
+import { type BackfillRow, type BackfillSummary, doneCount, emptyRow, renderSummary } from "./BackfillSummary.ts"
 import { BUSINESSES } from "./BusinessPoller.ts"
 import { Cursors } from "./Cursors.ts"
 import { businessCrawlLease, JobLease, type LeaseError, resourceLease } from "./JobLease.ts"
 import { type JobOutcome, JobRuns } from "./JobRuns.ts"
+import { openRunPosition } from "./CrawlRuns.ts"
 import { type CrawlResource, PageCrawler } from "./PageCrawler.ts"
 import { ReferenceSync } from "./ReferenceSync.ts"
 import { crawlCounts } from "./SyncCounts.ts"
@@ -81,6 +88,33 @@ const makeEta = (client: CrmClientShape) =>
       })
   })
 
+/** How often a resource's line checks whether its requests are waiting on the budget. */
+const WAIT_CHECK_MS = 5_000
+/** A wait for the next permit shorter than this is pace, not a wait worth a line. */
+const WAIT_WORTH_SHOWING_MS = 2_000
+
+const scopeWords: Record<BucketSpec["scope"], string> = { token: "token", company: "company (app)", ip: "egress IP" }
+
+/**
+ * The longest any one of the buckets makes the next request wait (a 429's block, a used-up
+ * window, the bulk reserve), when it is long enough to show: "waiting 58 min for the token window".
+ */
+const waitText = (buckets: ReadonlyArray<BucketSpec>) =>
+  Effect.gen(function* () {
+    const budget = yield* RateBudget
+    let longest: { readonly ms: number; readonly bucket: BucketSpec } | undefined
+    for (const bucket of buckets) {
+      const ms = yield* budget.timeUntil([bucket], 1, "bulk").pipe(
+        Effect.map(Duration.toMillis),
+        Effect.orElseSucceed(() => 0)
+      )
+      if (longest === undefined || ms > longest.ms) longest = { ms, bucket }
+    }
+    return longest === undefined || longest.ms < WAIT_WORTH_SHOWING_MS
+      ? undefined
+      : `waiting ${formatDuration(longest.ms)} for the ${scopeWords[longest.bucket.scope]} window (${longest.bucket.key})`
+  })
+
 /** Records per second. */
 const rate = (records: number, ms: number) => (records * 1000) / ms
 
@@ -91,29 +125,59 @@ interface Tracker {
   /** Milliseconds since the resource began (at least 1). */
   readonly elapsed: Effect.Effect<number>
   readonly eta: Effect.Success<ReturnType<typeof makeEta>>
+  readonly connection: string
+  readonly resource: BackfillResource
+  readonly startedAt: number
+  /** Where it stood at its last update (for a wait's line and an interruption's row). */
+  last: ShownAt | undefined
+}
+
+interface ShownAt {
+  readonly pages: number
+  readonly totalPages: number | undefined
+  readonly records: number
+  readonly fresh: number
+  readonly remaining: number
+  readonly requests: number
 }
 
 /** Shows where a resource stands: `fresh` records read by this invocation set the pace. */
-const show = (
-  tracker: Tracker,
-  at: {
-    readonly pages: number
-    readonly totalPages: number | undefined
-    readonly records: number
-    readonly fresh: number
-    readonly remaining: number
-    readonly requests: number
-  }
-) =>
+const show = (tracker: Tracker, at: ShownAt) =>
+  Effect.gen(function* () {
+    tracker.last = at
+    yield* tracker.display.update(tracker.key, yield* stateAt(tracker, at))
+  })
+
+const stateAt = (tracker: Tracker, at: ShownAt) =>
   Effect.gen(function* () {
     const ms = yield* tracker.elapsed
-    yield* tracker.display.update(tracker.key, {
+    return {
       pages: at.pages,
       totalPages: at.totalPages,
       records: at.records,
       recordsPerSecond: rate(at.fresh, ms),
       eta: yield* tracker.eta(at.remaining, at.requests, ms)
-    })
+    } satisfies ProgressState
+  })
+
+/**
+ * While the resource runs, its line says so when its requests wait on the budget: the last update
+ * came before the wait began, and its ETA (the pace of the pages before) would otherwise stand
+ * for the whole wait.
+ */
+const watchWaits = (client: CrmClientShape, tracker: Tracker) =>
+  Effect.gen(function* () {
+    while (true) {
+      yield* Effect.sleep(Duration.millis(WAIT_CHECK_MS))
+      const waiting = yield* waitText(client.buckets)
+      if (waiting === undefined) continue
+      const at = tracker.last ?? { pages: 0, totalPages: undefined, records: 0, fresh: 0, remaining: 1, requests: 0 }
+      const state = yield* stateAt(tracker, at)
+      yield* tracker.display.update(tracker.key, {
+        ...state,
+        status: state.eta === undefined ? waiting : `${waiting} · ${state.eta}`
+      })
+    }
   })
 
 /** A line with a word instead of figures. */
@@ -191,7 +255,8 @@ const referenceStep = (client: CrmClientShape, resource: BackfillResource, track
       ...emptyRow(client.connection.name, resource),
       pages: summary.requests,
       requests: summary.requests,
-      records: summary.books + summary.projectTemplates,
+      // Every record written (me, books, their users and teams, templates), as the counts are.
+      records: summary.inserted + summary.updated + summary.unchanged + summary.rejected,
       inserted: summary.inserted,
       updated: summary.updated,
       unchanged: summary.unchanged,
@@ -215,7 +280,12 @@ const step = (
  * under the same lease as the daemon's job for it, so a backfill waits for a crawl in progress
  * instead of doubling it.
  */
-const backfillResource = (client: CrmClientShape, resource: BackfillResource, display: ProgressDisplay) =>
+const backfillResource = (
+  client: CrmClientShape,
+  resource: BackfillResource,
+  display: ProgressDisplay,
+  progress: SessionProgress
+) =>
   Effect.gen(function* () {
     const connection = client.connection.name
     const leases = yield* JobLease
@@ -226,10 +296,16 @@ const backfillResource = (client: CrmClientShape, resource: BackfillResource, di
       key,
       display,
       elapsed: Effect.map(Clock.currentTimeMillis, (now) => Math.max(1, now - startedAt)),
-      eta: yield* makeEta(client)
+      eta: yield* makeEta(client),
+      connection,
+      resource,
+      startedAt,
+      last: undefined
     }
+    progress.current = tracker
     const work = step(client, resource, tracker)
     yield* display.start(key, `${connection === "default" ? "" : `${connection} `}${resource}`)
+    const watcher = yield* Effect.forkChild(watchWaits(client, tracker))
     const outcome = yield* leases
       .run(
         resourceLease(connection, resource),
@@ -246,6 +322,8 @@ const backfillResource = (client: CrmClientShape, resource: BackfillResource, di
         }
       )
       .pipe(Effect.result)
+    yield* Fiber.interrupt(watcher)
+    progress.current = undefined
     const seconds = ((yield* Clock.currentTimeMillis) - startedAt) / 1000
     if (outcome._tag === "Failure") {
       const message = outcome.failure.message
@@ -296,11 +374,92 @@ const selection = Effect.fnUntraced(function* (options: BackfillOptions | undefi
   return resources
 })
 
+/** What a backfill has done so far: the rows of the resources it finished, and the one it is in. */
+interface SessionProgress {
+  readonly startedAt: number
+  readonly rows: Array<BackfillRow>
+  current: Tracker | undefined
+}
+
+/** The row of the resource a signal stopped, and where the next backfill takes it up. */
+const interruptedRow = (
+  tracker: Tracker,
+  now: number,
+  stored: Effect.Success<ReturnType<typeof openRunPosition>>
+): BackfillRow => {
+  const at = tracker.last
+  // The crawl's own record is the truth (its writers may have stored pages after the last
+  // update); its counters are the crawl's so far, which the next backfill goes on with (the
+  // requests are this backfill's, as in the other rows).
+  const pages = stored?.lastPage ?? at?.pages ?? 0
+  const totalPages = stored?.totalPages ?? at?.totalPages
+  return {
+    ...emptyRow(tracker.connection, tracker.resource),
+    status: "interrupted",
+    pages,
+    requests: at?.requests ?? 0,
+    records: stored?.seen ?? at?.records ?? 0,
+    inserted: stored?.inserted ?? 0,
+    updated: stored?.updated ?? 0,
+    unchanged: stored?.unchanged ?? 0,
+    seconds: (now - tracker.startedAt) / 1000,
+    note:
+      tracker.resource === "reference"
+        ? "stopped part way: the next backfill reads it again"
+        : pages === 0
+          ? "stopped before its first page: the next backfill reads it"
+          : `stopped after page ${pages}${totalPages === undefined ? "" : ` of ${totalPages}`}: the next backfill goes on after it`
+  }
+}
+
+/**
+ * Stopped by a signal: the table of what was done, then one line (stderr) saying how to resume.
+ * The command's exit code is the command line's (1: an interrupted backfill is not done).
+ */
+const reportInterrupted = (
+  progress: SessionProgress,
+  total: number,
+  render: (summary: BackfillSummary, failed: boolean) => string
+) =>
+  Effect.gen(function* () {
+    const now = yield* Clock.currentTimeMillis
+    const current = progress.current
+    const stored =
+      current === undefined || current.resource === "reference"
+        ? undefined
+        : yield* openRunPosition(current.connection, current.resource, "backfill").pipe(
+            Effect.orElseSucceed(() => undefined)
+          )
+    const rows = current === undefined ? progress.rows : [...progress.rows, interruptedRow(current, now, stored)]
+    if (rows.length === 0) {
+      // Stopped while it waited for another backfill (or before its first resource).
+      return yield* Console.error(
+        "crm-sync: backfill interrupted before it read anything; run `crm-sync backfill` again"
+      )
+    }
+    const summary: BackfillSummary = {
+      rows,
+      requests: rows.reduce((sum, row) => sum + row.requests, 0),
+      seconds: (now - progress.startedAt) / 1000,
+      interrupted: true
+    }
+    yield* Console.log(render(summary, true))
+    yield* Console.error(
+      `crm-sync: backfill interrupted with ${doneCount(summary)} of ${total} resources done; ` +
+        "run `crm-sync backfill` again to resume (what is done is not read again)"
+    )
+  })
+
 /** Every selected resource of every connection, one after another; `done` ones are not read again. */
-const backfillAll = (display: ProgressDisplay, resources: ReadonlyArray<BackfillResource>, done: ReadonlySet<string>) =>
+const backfillAll = (
+  display: ProgressDisplay,
+  resources: ReadonlyArray<BackfillResource>,
+  done: ReadonlySet<string>,
+  progress: SessionProgress
+) =>
   Effect.gen(function* () {
     const config = yield* AppConfig
-    const rows: Array<BackfillRow> = []
+    const rows = progress.rows
     const errors: Array<SyncError> = []
     if (done.size > 0) {
       yield* display.message(`resuming an unfinished backfill: ${[...done].join(", ")} already done, not read again`)
@@ -312,7 +471,7 @@ const backfillAll = (display: ProgressDisplay, resources: ReadonlyArray<Backfill
           rows.push({ ...emptyRow(connection.name, resource), status: "done earlier", seconds: 0 })
           continue
         }
-        const { row, error } = yield* backfillResource(client, resource, display)
+        const { row, error } = yield* backfillResource(client, resource, display, progress)
         rows.push(row)
         if (error !== undefined) errors.push(error)
       }
@@ -321,12 +480,17 @@ const backfillAll = (display: ProgressDisplay, resources: ReadonlyArray<Backfill
   })
 
 /** The resources read with their progress on show; fails with the summary when a resource failed. */
-const session = (mode: ProgressMode, resources: ReadonlyArray<BackfillResource>, done: ReadonlySet<string>) =>
+const session = (
+  mode: ProgressMode,
+  resources: ReadonlyArray<BackfillResource>,
+  done: ReadonlySet<string>,
+  progress: SessionProgress
+) =>
   Effect.scoped(
     Effect.gen(function* () {
-      const startedAt = yield* Clock.currentTimeMillis
+      const startedAt = progress.startedAt
       const display = yield* makeProgressDisplay(mode)
-      const all = backfillAll(display, resources, done)
+      const all = backfillAll(display, resources, done, progress)
       // While bars are drawn, log lines (a crawl's "complete", a retry's warning) go above them.
       const { rows, errors } = yield* display.logger === undefined
         ? all
@@ -346,7 +510,8 @@ const session = (mode: ProgressMode, resources: ReadonlyArray<BackfillResource>,
 const recorded = (
   mode: ProgressMode,
   resources: ReadonlyArray<BackfillResource>,
-  render: (summary: BackfillSummary, failed: boolean) => string
+  render: (summary: BackfillSummary, failed: boolean) => string,
+  progress: SessionProgress
 ) =>
   Effect.gen(function* () {
     const jobRuns = yield* JobRuns
@@ -355,7 +520,7 @@ const recorded = (
       jobRuns.record(
         "backfill",
         null,
-        Effect.map(session(mode, resources, done), (summary) => ({
+        Effect.map(session(mode, resources, done, progress), (summary) => ({
           ...summary,
           detail: { rows: summary.rows.map((row) => ({ ...row })) }
         })),
@@ -380,10 +545,15 @@ const run = Effect.fn("backfill")(function* (options?: BackfillOptions) {
   const resources = yield* selection(options)
   const mode = options?.progress === undefined || options.progress === "auto" ? detectProgressMode() : options.progress
   const leases = yield* JobLease
+  const config = yield* AppConfig
+  const render = options?.render ?? renderSummary
+  const progress: SessionProgress = { startedAt: yield* Clock.currentTimeMillis, rows: [], current: undefined }
   // One backfill at a time on a database: two would only race each other for the same leases.
-  return yield* leases.run("backfill", recorded(mode, resources, options?.render ?? renderSummary), {
-    onWait: Effect.logWarning("backfill: another backfill is running on this database; waiting for it to finish")
-  })
+  return yield* leases
+    .run("backfill", recorded(mode, resources, render, progress), {
+      onWait: Effect.logWarning("backfill: another backfill is running on this database; waiting for it to finish")
+    })
+    .pipe(Effect.onInterrupt(() => reportInterrupted(progress, resources.length * config.connections.length, render)))
 })
 
 /**

@@ -119,7 +119,7 @@ const bars = Effect.acquireRelease(
 
 const lines = Effect.sync(() => {
   const labels = new Map<string, string>()
-  const lastLine = new Map<string, number>()
+  const lastLine = new Map<string, { readonly at: number; readonly status: string | undefined }>()
   return {
     start: (key, label) =>
       Effect.sync(() => {
@@ -129,9 +129,14 @@ const lines = Effect.sync(() => {
       Effect.gen(function* () {
         const now = yield* Clock.currentTimeMillis
         const last = lastLine.get(key)
-        // Every 15 s, and always for a status (done, failed, waiting): a log, not a film.
-        if (state.status === undefined && last !== undefined && now - last < LINE_EVERY_MS) return
-        lastLine.set(key, now)
+        // Every 15 s, and at once for a new status (done, failed, waiting): a log, not a film.
+        if (
+          last !== undefined &&
+          now - last.at < LINE_EVERY_MS &&
+          (state.status === undefined || state.status === last.status)
+        )
+          return
+        lastLine.set(key, { at: now, status: state.status })
         yield* Effect.logInfo(`backfill: ${labels.get(key) ?? key} ${describe(state)}`)
       }),
     message: (text) => Effect.logInfo(`backfill: ${text}`),

@@ -10,8 +10,11 @@ import { noSyncCounts, type SyncCounts } from "./SyncCounts.ts"
 export interface BackfillRow extends SyncCounts {
   readonly connection: string
   readonly resource: BackfillResource
-  /** `done earlier`: completed by an unfinished backfill that this one resumed. */
-  readonly status: "done" | "done earlier" | "failed"
+  /**
+   * `done earlier`: completed by an unfinished backfill that this one resumed; `interrupted`: the
+   * resource it was reading when a signal stopped it (the next backfill resumes it).
+   */
+  readonly status: "done" | "done earlier" | "failed" | "interrupted"
   readonly deleted: number
   readonly resumedFrom: number | undefined
   readonly seconds: number
@@ -22,6 +25,8 @@ export interface BackfillSummary {
   readonly rows: ReadonlyArray<BackfillRow>
   readonly requests: number
   readonly seconds: number
+  /** Set when a signal stopped the backfill before every resource was read. */
+  readonly interrupted?: true
 }
 
 /** A row with nothing read yet (its status and time are the caller's). */
@@ -66,6 +71,10 @@ const cells = (row: BackfillRow) => [
   formatDuration(row.seconds * 1000)
 ]
 
+/** How many rows are done (now or by an earlier backfill). */
+export const doneCount = (summary: BackfillSummary): number =>
+  summary.rows.filter((row) => row.status === "done" || row.status === "done earlier").length
+
 /** The summary table printed at the end. */
 export const renderSummary = (summary: BackfillSummary): string => {
   const notes = summary.rows.flatMap((row) =>
@@ -74,7 +83,9 @@ export const renderSummary = (summary: BackfillSummary): string => {
   return [
     ...textTable(header, summary.rows.map(cells), 3),
     "",
-    `${summary.rows.filter((row) => row.status !== "failed").length} of ${summary.rows.length} done, ` +
+    `${doneCount(summary)} of ${summary.rows.length} done` +
+      (summary.interrupted === true ? " (interrupted)" : "") +
+      ", " +
       `${number.format(summary.requests)} requests in ${formatDuration(summary.seconds * 1000)}`,
     ...(notes.length === 0 ? [] : ["", "notes:", ...notes])
   ].join("\n")

@@ -26,6 +26,9 @@ export const ByIdResources = ["tasks", "meetings", "notes"] as const
 export type ByIdResource = (typeof ByIdResources)[number]
 
 /** What the by-id part of one run did (snake_case: it is stored as JSON in the run's report). */
+/** How many repaired records the report names. */
+const MAX_NAMED_REPAIRS = 100
+
 export interface ByIdReport {
   /** Live rows of tasks, meetings and notes in the connection's books. */
   readonly known: number
@@ -33,6 +36,8 @@ export interface ByIdReport {
   readonly checked: number
   /** Written with the CRM's version (it differed from the stored row). */
   readonly repaired: number
+  /** Which, as "tasks tk_1", the first `MAX_NAMED_REPAIRS` (the count has them all). */
+  readonly repaired_ids?: ReadonlyArray<string>
   /** Answered 404: marked deleted. */
   readonly deleted: number
   /** Refused by the warehouse (kept in `crm_sync.undecodable_records`). */
@@ -227,17 +232,20 @@ export const reconcileById = Effect.fnUntraced(function* (client: CrmClientShape
   const candidates = leastRecentlyChecked(known, yield* lastChecks(connection)).slice(0, Math.max(0, cap - requests))
   const tally: Record<Outcome, number> = { current: 0, repaired: 0, deleted: 0, rejected: 0, unreadable: 0 }
   let checked = 0
+  const repairedIds: Array<string> = []
   for (const row of candidates) {
     if (requests >= cap) break
     const outcome = yield* checkOne(client, row, counted)
     yield* recordCheck(connection, row, outcome)
     tally[outcome] += 1
     checked += 1
+    if (outcome === "repaired" && repairedIds.length < MAX_NAMED_REPAIRS) repairedIds.push(`${row.resource} ${row.id}`)
   }
   return {
     known: known.length,
     checked,
     repaired: tally.repaired,
+    repaired_ids: repairedIds,
     deleted: tally.deleted,
     rejected: tally.rejected,
     unreadable: tally.unreadable,

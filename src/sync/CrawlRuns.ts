@@ -571,3 +571,33 @@ export const lastListingTotal = (connection: string, resource: string) =>
       ORDER BY id DESC LIMIT 1`
     return row?.total ?? null
   })
+
+/**
+ * Where the latest unfinished crawl of a listing stands: its last stored page, the listing's pages,
+ * and its counters so far (over every process that worked on it).
+ */
+export const openRunPosition = (connection: string, resource: string, source: Source) =>
+  Effect.gen(function* () {
+    const sql = yield* SqlClient
+    const [row] = yield* sql<{
+      last_page: number
+      total_pages: number | null
+      seen: number
+      inserted: number
+      updated: number
+      unchanged: number
+    }>`
+      SELECT last_page, total_pages, seen, inserted, updated, unchanged FROM crm_sync.crawl_runs
+      WHERE connection = ${connection} AND resource = ${resource} AND source = ${source} AND status = 'running'
+      ORDER BY id DESC LIMIT 1`
+    return row === undefined
+      ? undefined
+      : {
+          lastPage: row.last_page,
+          totalPages: row.total_pages ?? undefined,
+          seen: row.seen,
+          inserted: row.inserted,
+          updated: row.updated,
+          unchanged: row.unchanged
+        }
+  })

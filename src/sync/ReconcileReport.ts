@@ -33,6 +33,8 @@ export interface ResourceReport {
   readonly gone: number
   /** Rows written with the API's version (inserted or updated). */
   readonly repaired: number
+  /** The ids of the records written (missing or stale), the first `MAX_NAMED_REPAIRS`. */
+  readonly repaired_ids?: ReadonlyArray<string>
   /** Rows that had been marked deleted and are live again. */
   readonly undeleted: number
   /** Records the warehouse refused (stored in `crm_sync.undecodable_records`). */
@@ -96,6 +98,15 @@ export interface ReportError {
   readonly message: string
   readonly retryable: boolean
 }
+
+/** How many repaired records a report names per resource (the count has them all). */
+export const MAX_NAMED_REPAIRS = 100
+/** How many of them the printed summary shows. */
+const PRINTED_REPAIRS = 20
+
+/** The names kept so far plus a page's, up to the limit. */
+export const withNamed = (kept: ReadonlyArray<string> | undefined, more: ReadonlyArray<string>) =>
+  [...(kept ?? []), ...more].slice(0, MAX_NAMED_REPAIRS)
 
 /** A resource's report before its first page: nothing found yet. */
 export const emptyResourceReport = (warehouseLive: number, firstPage: number): ResourceReport => ({
@@ -197,6 +208,25 @@ const byIdLines = (report: ReconcileReport) => {
   ]
 }
 
+/** "bz_1, bz_2 and 3 more": the first names, and how many the count holds beyond them. */
+const namedList = (ids: ReadonlyArray<string>, total: number) => {
+  const shown = ids.slice(0, PRINTED_REPAIRS)
+  const more = Math.max(total, ids.length) - shown.length
+  return `${shown.join(", ")}${more > 0 ? ` and ${number.format(more)} more` : ""}`
+}
+
+/** The records each resource's check wrote, by id: what a person may want to look at. */
+const repairedLines = (report: ReconcileReport) => [
+  ...ReconcileResources.flatMap((resource) => {
+    const checked = report.resources[resource]
+    const ids = checked?.repaired_ids ?? []
+    return ids.length === 0 ? [] : [`  ${report.connection} ${resource}: ${namedList(ids, checked!.repaired)}`]
+  }),
+  ...((report.by_id?.repaired_ids?.length ?? 0) === 0
+    ? []
+    : [`  ${report.connection} by id: ${namedList(report.by_id!.repaired_ids!, report.by_id!.repaired)}`])
+]
+
 const noteLines = (report: ReconcileReport) =>
   ReconcileResources.flatMap((resource) => {
     const note = report.resources[resource]?.note
@@ -207,11 +237,13 @@ const noteLines = (report: ReconcileReport) =>
 export const renderReports = (reports: ReadonlyArray<ReconcileReport>): string => {
   const rows = reports.flatMap((report) => ReconcileResources.map((resource) => resourceCells(report, resource)))
   const notes = reports.flatMap(noteLines)
+  const repaired = reports.flatMap(repairedLines)
   return [
     ...textTable(header, rows, 3),
     "",
     ...reports.map(runLine),
     ...reports.flatMap(byIdLines),
+    ...(repaired.length === 0 ? [] : ["", "repaired:", ...repaired]),
     ...(notes.length === 0 ? [] : ["", "notes:", ...notes])
   ].join("\n")
 }

@@ -41,7 +41,8 @@ import {
   type ReportError,
   type ResourceReport,
   statusOf,
-  type Stopped
+  type Stopped,
+  withNamed
 } from "./ReconcileReport.ts"
 import { Crm, Database, type JobFailure, SyncError, toSyncError, Usage } from "./SyncError.ts"
 import { SyncServicesLive } from "./SyncJobs.ts"
@@ -184,6 +185,7 @@ const applyPage = (
           missing: states.filter((row) => row.state === "absent").length + deletedIds.length,
           stale: states.filter((row) => row.state === "stale").length,
           repaired: counts.inserted + counts.updated,
+          repairedIds: differing.map((row) => row.id),
           rejected: counts.rejected,
           undeleted
         }
@@ -203,6 +205,7 @@ const withPage = (
   missing: report.missing + applied.missing,
   stale: report.stale + applied.stale,
   repaired: report.repaired + applied.repaired,
+  repaired_ids: withNamed(report.repaired_ids, applied.repairedIds),
   undeleted: report.undeleted + applied.undeleted,
   rejected: report.rejected + applied.rejected,
   pages_read: report.pages_read + 1,

@@ -1,4 +1,4 @@
-/** `crm-sync status` as text: what a user reads when the config names no connection. */
+/** `crm-sync status` as text: what a user reads when the config names no connection; the budget's buckets. */
 import { assert, describe, it } from "@effect/vitest"
 import { renderStatus, type StatusReport } from "../../src/observability/StatusReport.ts"
 
@@ -24,6 +24,17 @@ const job = (connection: string | null) => ({
   finished_at: "2026-11-26T02:59:00.000Z"
 })
 
+/** A token bucket's status row. */
+const bucket = (name: string, used: number) => ({
+  bucket: name,
+  scope: "token",
+  used,
+  limit: 500,
+  resets_at: null,
+  blocked_until: null,
+  learned_limit: null
+})
+
 describe("renderStatus", () => {
   it("says no connection is configured when the warehouse has none either", () => {
     assert.include(renderStatus(report([job(null)])), "connections none configured\n")
@@ -35,6 +46,21 @@ describe("renderStatus", () => {
       text,
       "connections none in this config; the warehouse has jobs of firm, sandbox, configured where they run\n"
     )
+  })
+
+  it("keeps a long bucket name apart from its count", () => {
+    const long = "token:oauth:crm-sync-partner-app-0123456789abcdef:usr_000042"
+    const text = renderStatus({ ...report([]), buckets: [bucket("token:firm", 3), bucket(long, 120)] })
+    const lines = text.split("\n").filter((line) => line.startsWith("bucket "))
+    assert.deepStrictEqual(
+      lines.map((line) => line.split(/ {2,}/).slice(0, 2)),
+      [
+        ["bucket token:firm", "3/500"],
+        [`bucket ${long}`, "120/500"]
+      ]
+    )
+    // The counts line up in one column.
+    assert.strictEqual(lines[0]!.indexOf("3/500"), lines[1]!.indexOf("120/500"))
   })
 })
 

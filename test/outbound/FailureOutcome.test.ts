@@ -82,4 +82,18 @@ describe("failureOutcome", () => {
     assert.deepStrictEqual(summary(expired), { status: "needs_review", options: undefined })
     assert.include(expired.error, "--new-key")
   })
+
+  it("says in `error` what the CRM said was wrong (its detail), not only its code", () => {
+    const invalid = new Invalid({ status: 422, code: "validation_failed", detail: "book_id is unknown" })
+    const refused = outcome(invalid)
+    assert.strictEqual(
+      refused.error,
+      "main: CrmClient.createProspect: the CRM refused the request (422 validation_failed): book_id is unknown"
+    )
+    // Without a detail, the code is all there is.
+    assert.strictEqual(
+      outcome(new Invalid({ status: 422, code: "validation_failed" })).error,
+      "main: CrmClient.createProspect: the CRM refused the request (422 validation_failed)"
+    )
+  })
 })

@@ -102,6 +102,14 @@ layer(harness(), { timeout: 120_000, excludeTestServices: true })("backfill", (i
       )
       assert.strictEqual(summary.requests, requests.length)
       assert.isTrue(summary.rows.every((row) => row.status === "done"))
+      // The reference row's records are every record it wrote (me, books, users, teams, templates),
+      // so that its inserted, updated, unchanged and rejected add up to them.
+      const reference = summary.rows.find((row) => row.resource === "reference")!
+      assert.strictEqual(
+        reference.records,
+        reference.inserted + reference.updated + reference.unchanged + reference.rejected,
+        renderSummary(summary)
+      )
 
       // The crawls (and the reference listings, read whole) are recorded as complete, and the poll
       // cursor starts where the business crawl did.

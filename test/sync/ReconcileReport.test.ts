@@ -59,6 +59,40 @@ describe("reconcile report", () => {
     )
   })
 
+  it("names the records it repaired, by resource, and how many more there were", () => {
+    const many = Array.from({ length: 23 }, (_, index) => `fa_${index + 1}`)
+    const named: ReconcileReport = {
+      ...report,
+      resources: {
+        ...report.resources,
+        businesses: { ...report.resources.businesses!, repaired_ids: ["bz_1", "bz_2", "bz_3", "bz_9"] },
+        financial_accounts: { ...emptyResourceReport(30, 1), repaired: 23, repaired_ids: many }
+      },
+      by_id: {
+        known: 10,
+        checked: 10,
+        repaired: 1,
+        deleted: 0,
+        rejected: 0,
+        unreadable: 0,
+        not_reached: 0,
+        requests: 11,
+        repaired_ids: ["tasks tk_7"]
+      }
+    }
+    const text = renderReports([named])
+    const section = text.slice(text.indexOf("repaired:\n"))
+    assert.strictEqual(
+      section.split("\n\n")[0],
+      [
+        "repaired:",
+        "  default businesses: bz_1, bz_2, bz_3, bz_9",
+        `  default financial_accounts: ${many.slice(0, 20).join(", ")} and 3 more`,
+        "  default by id: tasks tk_7"
+      ].join("\n")
+    )
+  })
+
   it("is complete only when the pass finished, and failed on an error", () => {
     assert.strictEqual(statusOf("finished"), "complete")
     assert.strictEqual(statusOf("allowance"), "partial")

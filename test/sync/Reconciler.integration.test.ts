@@ -103,6 +103,10 @@ layer(harness(), options)("drift repaired", (it) => {
         assert.strictEqual(accounts.confirm_pages, accounts.total_pages)
         assert.strictEqual(accounts.api_total! + 1, accounts.warehouse_live)
         assert.deepStrictEqual(accounts.gone_ids, [String(removed!.id)])
+        // The report names the records it repaired.
+        assert.sameMembers([...businesses.repaired_ids!], [String(business!.id), String(lost!.id), String(created.id)])
+        assert.deepStrictEqual(repaired.resources.annuity_contracts!.repaired_ids, [String(contract!.id)])
+        assert.deepStrictEqual(accounts.repaired_ids, [String(account!.id)])
         assert.strictEqual((yield* sourceOf("businesses", String(created.id)))!.source, "reconcile")
         assert.strictEqual((yield* sourceOf("financial_accounts", String(account!.id)))!.source, "reconcile")
         const gone = (yield* sourceOf("financial_accounts", String(removed!.id)))!
