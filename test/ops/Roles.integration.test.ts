@@ -118,6 +118,21 @@ layer(
           )
         )
 
+        // A runtime role that may not read which migrations ran is told so, and roles.sql again mends it.
+        yield* admin.unsafe("REVOKE SELECT ON crm_sync_migrations FROM crm_sync_runtime")
+        const unreadable = yield* Effect.flip(
+          Effect.provideService(checkMigratedFrom(migrationsDirectory), SqlClient, runtime)
+        )
+        assert.include(unreadable.message, "role crm_sync_runtime")
+        assert.include(unreadable.message, "permission denied for table crm_sync_migrations")
+        assert.include(unreadable.message, "run ops/sql/roles.sql again")
+        for (const statement of splitStatements(rolesScript)) yield* admin.unsafe(statement)
+        assert.isTrue(
+          Exit.isSuccess(
+            yield* Effect.exit(Effect.provideService(checkMigratedFrom(migrationsDirectory), SqlClient, runtime))
+          )
+        )
+
         // Analysts read the warehouse, and nothing of crm-sync's own state.
         const [seen] = yield* reader<{ n: number }>`SELECT count(*)::int AS n FROM crm.businesses`
         assert.strictEqual(seen!.n, businesses!.n)
