@@ -10,7 +10,11 @@
 --   crm_sync_owner    runs `crm-sync migrate`: owns the schemas crm and crm_sync and everything
 --                     the migrations create in them (and crm_sync_migrations, in schema public).
 --   crm_sync_runtime  runs `crm-sync run`, `backfill`, `reconcile` and the rest with
---                     CRM_SYNC_MIGRATIONS=check: reads and writes rows, runs no DDL.
+--                     CRM_SYNC_MIGRATIONS=check: reads and writes rows, runs no DDL. (With
+--                     `apply` and nothing pending it starts too: apply looks before it locks.)
+--
+-- The shipped Kubernetes manifests follow this: the Deployment's init container `migrate` runs as
+-- crm_sync_owner (Secret crm-sync-owner), every other container as crm_sync_runtime with `check`.
 --   crm_reader        for analysts and BI tools: reads schema crm (the warehouse), nothing in
 --                     crm_sync (credentials, inbox, outbox, rate windows).
 --

@@ -10,15 +10,39 @@ import { formatDuration as durationInWords } from "date-fns/formatDuration"
 import * as Cause from "effect/Cause"
 import * as Predicate from "effect/Predicate"
 
-/** The message of an error (a Cause is squashed first), or its cause's, or its tag. */
+/**
+ * What PostgreSQL or the socket said under a database error: effect/sql's SqlError keeps it as its
+ * reason's cause (`password authentication failed for user "x"`, `connect ECONNREFUSED
+ * 127.0.0.1:5433`), while its own message is only `PgConnection: Failed to connect`. A socket's
+ * AggregateError (one attempt per address) has no message of its own: its attempts' are joined.
+ */
+export const databaseReason = (error: unknown): string | undefined => {
+  const reason = Predicate.hasProperty(error, "reason") ? error.reason : undefined
+  const cause = Predicate.hasProperty(reason, "cause") ? reason.cause : undefined
+  if (!(cause instanceof Error)) return undefined
+  if (cause.message.trim() !== "") return cause.message
+  const attempts = cause instanceof AggregateError ? (cause.errors as ReadonlyArray<unknown>) : []
+  const messages = attempts.flatMap((attempt) =>
+    attempt instanceof Error && attempt.message !== "" ? [attempt.message] : []
+  )
+  return messages.length > 0
+    ? messages.join(", ")
+    : Predicate.hasProperty(cause, "code")
+      ? String(cause.code)
+      : undefined
+}
+
+/** The message of an error (a Cause is squashed first) with a database's reason, or its cause's, or its tag. */
 export const messageOf = (error: unknown): string => {
   if (Cause.isCause(error)) return messageOf(Cause.squash(error))
-  const message =
+  const own =
     typeof error === "string"
       ? error
       : Predicate.hasProperty(error, "message") && typeof error.message === "string"
         ? error.message
         : ""
+  const reason = databaseReason(error)
+  const message = reason === undefined || own.includes(reason) ? own : own.trim() === "" ? reason : `${own}: ${reason}`
   if (message.trim() !== "") return message
   const cause = Predicate.hasProperty(error, "cause") ? error.cause : undefined
   const tag = Predicate.hasProperty(error, "_tag") ? String(error._tag) : error instanceof Error ? error.name : "error"

@@ -2,14 +2,19 @@
  * The warehouse connection: `database_url` (CRM_SYNC_DATABASE_URL) when given, else the embedded
  * PostgreSQL under `data_dir` (CRM_SYNC_DATA_DIR). `MigratedDatabase` also applies pending
  * migrations before anything else touches the database, as every command that uses it must (or,
- * with `migrations: check`, stops when one is pending: a runtime role cannot run DDL).
+ * with `migrations: check`, stops when one is pending: a runtime role cannot run DDL). Both connect
+ * once first: a database that cannot be reached ends the command with one line naming the cause
+ * and the target (host:port/database and role, never the password).
  */
 import * as PgClient from "@effect/sql-pg/PgClient"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
+import * as Schema from "effect/Schema"
+import { SqlClient } from "effect/sql/SqlClient"
 import { AppConfig } from "../config/AppConfig.ts"
+import { oneLine } from "../observability/Text.ts"
 import { acquireEmbeddedDatabase } from "./EmbeddedDatabase.ts"
 import { checkMigrated, migrate } from "./Migrations.ts"
 
@@ -32,24 +37,54 @@ const describeUrl = (url: string) => {
   }
 }
 
+/** The role an URL logs in as, if it names one (never its password). */
+const userOf = (url: string) => {
+  try {
+    return decodeURIComponent(new URL(url).username)
+  } catch {
+    return ""
+  }
+}
+
+export class DatabaseUnreachable extends Schema.TaggedError<DatabaseUnreachable>()("DatabaseUnreachable", {
+  message: Schema.String,
+  cause: Schema.Defect()
+}) {}
+
+/**
+ * Connects once before anything else uses the database, so that a wrong password, a closed port or
+ * a misspelled database name ends the command with one line naming PostgreSQL's (or the socket's)
+ * reason and the target, instead of a later step's `PgConnection: Failed to connect`.
+ */
+const reachable = (target: string) =>
+  Layer.effectDiscard(
+    Effect.flatMap(SqlClient, (sql) => sql`SELECT 1`).pipe(
+      Effect.mapError(
+        (cause) =>
+          new DatabaseUnreachable({ message: `cannot connect to the warehouse at ${target}: ${oneLine(cause)}`, cause })
+      )
+    )
+  )
+
+/** A client on `url`, checked to answer; with DatabaseInfo. */
+const connected = (url: Redacted.Redacted<string>, info: DatabaseInfoShape, target: string) =>
+  Layer.merge(
+    reachable(target).pipe(Layer.provideMerge(PgClient.layer({ url, applicationName: "crm-sync" }))),
+    Layer.succeed(DatabaseInfo, info)
+  )
+
 export const DatabaseLive = Layer.unwrap(
   Effect.gen(function* () {
     const config = yield* AppConfig
     if (config.database_url !== undefined) {
       const url = config.database_url
-      return Layer.merge(
-        PgClient.layer({ url, applicationName: "crm-sync" }),
-        Layer.succeed(DatabaseInfo, { kind: "external", location: describeUrl(Redacted.value(url)) })
-      )
+      const location = describeUrl(Redacted.value(url))
+      const user = userOf(Redacted.value(url))
+      return connected(url, { kind: "external", location }, user === "" ? location : `${location} as ${user}`)
     }
     const embedded = yield* acquireEmbeddedDatabase(config.data_dir)
-    return Layer.merge(
-      PgClient.layer({ url: embedded.url, applicationName: "crm-sync" }),
-      Layer.succeed(DatabaseInfo, {
-        kind: "embedded",
-        location: `${embedded.dataDirectory} (port ${embedded.port}${embedded.owned ? "" : ", shared with another process"})`
-      })
-    )
+    const location = `${embedded.dataDirectory} (port ${embedded.port}${embedded.owned ? "" : ", shared with another process"})`
+    return connected(embedded.url, { kind: "embedded", location }, `embedded PostgreSQL ${location}`)
   })
 )
 

@@ -9,14 +9,21 @@
  * it would never run, silently. Before anything runs, the numbering is checked instead: no gap
  * (except the retired numbers, which landed skipped) and no unapplied file older than the newest
  * applied one; either refuses the whole run with a message naming the file.
+ *
+ * `apply` looks before it locks: with nothing pending it needs no right beyond reading
+ * `crm_sync_migrations`. A failure names PostgreSQL's reason, and a role that lacks a right
+ * (SQLSTATE 42501) gets one line naming it and what to do instead.
  */
 import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
 import * as Migrator from "effect/sql/Migrator"
+import * as Predicate from "effect/Predicate"
 import { SqlClient } from "effect/sql/SqlClient"
+import { isSqlError, type SqlError } from "effect/sql/SqlError"
 import { readdirSync, readFileSync } from "node:fs"
 import { join } from "node:path"
 import { fileURLToPath } from "node:url"
+import { databaseReason } from "../observability/Text.ts"
 
 export const migrationsDirectory = fileURLToPath(new URL("../../migrations/", import.meta.url))
 
@@ -128,25 +135,97 @@ const appliedIds = Effect.gen(function* () {
 
 const runMigrator = Migrator.make({})
 
-/** Applies every pending migration of `directory`; returns the ones applied, as `[id, name]`. */
+const readFiles = (directory: string) =>
+  Effect.try({
+    try: () => migrationFiles(directory),
+    catch: (cause) => new Migrator.MigrationError({ kind: "ImportError", message: `cannot read migrations: ${cause}` })
+  })
+
+/** The migrations of `directory` not applied to this database, after checking the numbering. */
+const pendingFrom = (directory: string) =>
+  Effect.gen(function* () {
+    const files = yield* readFiles(directory)
+    const applied = yield* appliedIds
+    const problem = sequenceProblem(
+      files.map(([id, name]) => [id, name] as const),
+      applied
+    )
+    if (problem !== undefined) return yield* new Migrator.MigrationError({ kind: "BadState", message: problem })
+    return files.filter(([id]) => !applied.has(id))
+  })
+
+/**
+ * The Migrator's own table, as it would create it: here first, because the Migrator swallows a
+ * refused CREATE and fails on its next query with "current transaction is aborted" instead of
+ * the reason (a role without the right to create it).
+ */
+const createBookkeeping = Effect.gen(function* () {
+  const sql = yield* SqlClient
+  const [table] = yield* sql<{ exists: boolean }>`SELECT to_regclass('crm_sync_migrations') IS NOT NULL AS exists`
+  if (table?.exists === true) return
+  yield* sql`CREATE TABLE crm_sync_migrations (
+    migration_id integer primary key,
+    created_at timestamp with time zone not null default now(),
+    name text not null
+  )`
+})
+
+/** The SqlError somewhere down an error's causes (the Migrator wraps a failed statement's). */
+const sqlErrorIn = (error: unknown): SqlError | undefined => {
+  for (let current = error, depth = 0; current !== undefined && depth < 5; depth++) {
+    if (isSqlError(current)) return current
+    current = Predicate.hasProperty(current, "cause") ? current.cause : undefined
+  }
+  return undefined
+}
+
+/**
+ * The one line of a failed migration run or check: PostgreSQL's reason with the failing step;
+ * a role that lacks a right (SQLSTATE 42501) is named, with what to do instead.
+ */
+const describeFailure = (what: string, error: { readonly message: string }) =>
+  Effect.gen(function* () {
+    const sqlError = sqlErrorIn(error)
+    const reason = sqlError === undefined ? undefined : databaseReason(sqlError)
+    const detail =
+      reason === undefined || error.message.includes(reason) ? error.message : `${error.message}: ${reason}`
+    if (sqlError?.reason._tag !== "AuthorizationError") return `${what}: ${detail}`
+    const sql = yield* SqlClient
+    const role = yield* sql<{ role: string }>`SELECT current_user AS role`.pipe(
+      Effect.map(([row]) => row?.role ?? "(unknown)"),
+      Effect.orElseSucceed(() => "(unknown)")
+    )
+    return what === "migration failed"
+      ? `${what}: role ${role} lacks the right to run migrations (${reason}): run \`crm-sync migrate\` as the migration ` +
+          "owner (crm_sync_owner of ops/sql/roles.sql), or set CRM_SYNC_MIGRATIONS=check for this role"
+      : `${what}: role ${role} may not read the migrations applied (${reason}): run ops/sql/roles.sql again as the ` +
+          "database's owner, which grants it"
+  })
+
+/**
+ * Applies every pending migration of `directory`; returns the ones applied, as `[id, name]`. It
+ * looks first: with nothing pending it takes no lock and runs no DDL, so a role without DDL rights
+ * (the runtime of ops/sql/roles.sql) starts with `apply` too.
+ */
 export const migrateFrom = (directory: string) =>
   Effect.gen(function* () {
     const sql = yield* SqlClient
+    if ((yield* pendingFrom(directory)).length === 0) return []
     return yield* sql.withTransaction(
       Effect.gen(function* () {
         yield* sql`SELECT pg_advisory_xact_lock(${MIGRATION_LOCK_KEY})`
-        const files = yield* Effect.try({
-          try: () => migrationFiles(directory).map(([id, name]) => [id, name] as const),
-          catch: (cause) =>
-            new Migrator.MigrationError({ kind: "ImportError", message: `cannot read migrations: ${cause}` })
-        })
-        const problem = sequenceProblem(files, yield* appliedIds)
-        if (problem !== undefined) return yield* new Migrator.MigrationError({ kind: "BadState", message: problem })
+        // Again under the lock: another process may have applied them meanwhile.
+        yield* pendingFrom(directory)
+        yield* createBookkeeping
         return yield* runMigrator({ loader: loaderFor(directory), table: "crm_sync_migrations" })
       })
     )
   }).pipe(
-    Effect.mapError((cause) => new MigrationFailed({ message: `migration failed: ${cause.message}`, cause })),
+    Effect.catch((cause) =>
+      Effect.flatMap(describeFailure("migration failed", cause), (message) =>
+        Effect.fail(new MigrationFailed({ message, cause }))
+      )
+    ),
     Effect.withSpan("Migrations.migrate")
   )
 
@@ -160,11 +239,7 @@ export const migrate = migrateFrom(migrationsDirectory)
 export const checkMigratedFrom = (directory: string) =>
   Effect.gen(function* () {
     const applied = yield* appliedIds
-    const files = yield* Effect.try({
-      try: () => migrationFiles(directory),
-      catch: (cause) =>
-        new Migrator.MigrationError({ kind: "ImportError", message: `cannot read migrations: ${cause}` })
-    })
+    const files = yield* readFiles(directory)
     const pending = files.filter(([id]) => !applied.has(id)).map(([, , file]) => file.replace(/\.sql$/, ""))
     if (pending.length > 0) {
       return yield* new MigrationFailed({
@@ -176,10 +251,12 @@ export const checkMigratedFrom = (directory: string) =>
       })
     }
   }).pipe(
-    Effect.mapError((cause) =>
+    Effect.catch((cause) =>
       cause instanceof MigrationFailed
-        ? cause
-        : new MigrationFailed({ message: `cannot check migrations: ${cause.message}`, cause })
+        ? Effect.fail(cause)
+        : Effect.flatMap(describeFailure("cannot check migrations", cause), (message) =>
+            Effect.fail(new MigrationFailed({ message, cause }))
+          )
     ),
     Effect.withSpan("Migrations.check")
   )

@@ -74,10 +74,18 @@ layer(
         const runtime = yield* client(as(url, "crm_sync_runtime"))
         const reader = yield* client(as(url, "crm_reader"))
 
-        // The runtime may not migrate an empty warehouse; the owner does.
-        assert.isTrue(Exit.isFailure(yield* Effect.exit(Effect.provideService(migrate, SqlClient, runtime))))
+        // The runtime may not migrate an empty warehouse: one line names the role, the right it
+        // lacks and what to do. The owner migrates.
+        const denied = yield* Effect.flip(Effect.provideService(migrate, SqlClient, runtime))
+        assert.include(denied.message, "role crm_sync_runtime")
+        assert.include(denied.message, "permission denied for schema public")
+        assert.include(denied.message, "run `crm-sync migrate` as the migration owner")
+        assert.include(denied.message, "CRM_SYNC_MIGRATIONS=check")
+        assert.notInclude(denied.message, "\n")
         const applied = yield* Effect.provideService(migrate, SqlClient, owner)
         assert.isAbove(applied.length, 10)
+        // With nothing pending, `apply` looks and takes no lock: the runtime role starts with it too.
+        assert.deepStrictEqual(yield* Effect.provideService(migrate, SqlClient, runtime), [])
 
         // The runtime syncs the whole CRM with `migrations: check`.
         const crm = {
@@ -104,6 +112,21 @@ layer(
         const pending = yield* Effect.flip(Effect.provideService(checkMigratedFrom(folder), SqlClient, runtime))
         assert.include(pending.message, "1 migration(s) behind this crm-sync (9999_next_release)")
         assert.include(pending.message, "crm-sync migrate")
+        assert.isTrue(
+          Exit.isSuccess(
+            yield* Effect.exit(Effect.provideService(checkMigratedFrom(migrationsDirectory), SqlClient, runtime))
+          )
+        )
+
+        // A runtime role that may not read which migrations ran is told so, and roles.sql again mends it.
+        yield* admin.unsafe("REVOKE SELECT ON crm_sync_migrations FROM crm_sync_runtime")
+        const unreadable = yield* Effect.flip(
+          Effect.provideService(checkMigratedFrom(migrationsDirectory), SqlClient, runtime)
+        )
+        assert.include(unreadable.message, "role crm_sync_runtime")
+        assert.include(unreadable.message, "permission denied for table crm_sync_migrations")
+        assert.include(unreadable.message, "run ops/sql/roles.sql again")
+        for (const statement of splitStatements(rolesScript)) yield* admin.unsafe(statement)
         assert.isTrue(
           Exit.isSuccess(
             yield* Effect.exit(Effect.provideService(checkMigratedFrom(migrationsDirectory), SqlClient, runtime))

@@ -30,6 +30,9 @@ const shapes: Record<string, { readonly apiVersion: string; readonly required: R
 const at = (object: Json, path: string): unknown =>
   path.split(".").reduce<unknown>((value, key) => (value as Json | undefined)?.[key], object)
 
+/** A pod's init containers, then its containers. */
+const allContainers = (pod: Json): ReadonlyArray<Json> => [...(pod.initContainers ?? []), ...(pod.containers ?? [])]
+
 /** The pod template of a workload object, if it has one. */
 const podOf = (object: Json): Json | undefined =>
   (at(object, "spec.template.spec") ?? at(object, "spec.jobTemplate.spec.template.spec")) as Json | undefined
@@ -49,7 +52,7 @@ export interface Known {
 export const podSecurityProblems = (where: string, pod: Json): ReadonlyArray<string> => {
   const problems: Array<string> = []
   const podContext = (pod.securityContext ?? {}) as Json
-  for (const container of (pod.containers ?? []) as ReadonlyArray<Json>) {
+  for (const container of allContainers(pod)) {
     const context = (container.securityContext ?? {}) as Json
     const name = `${where} container ${container.name}`
     const setting = (key: string) => context[key] ?? podContext[key]
@@ -93,7 +96,7 @@ export const kubernetesProblems = (text: string, known: Known): ReadonlyArray<st
     if (pod !== undefined) problems.push(...podSecurityProblems(name, pod))
     if (object.kind === "Job" && typeof object.spec?.ttlSecondsAfterFinished !== "number")
       problems.push(`${name}: no ttlSecondsAfterFinished (it could not be applied again)`)
-    for (const container of (pod?.containers ?? []) as ReadonlyArray<Json>) {
+    for (const container of pod === undefined ? [] : allContainers(pod)) {
       const where = `${name} container ${container.name}`
       const command = (container.args as ReadonlyArray<string> | undefined)?.[0]
       if (command === undefined || !known.commands.has(command))
@@ -187,4 +190,92 @@ const entrypointProblems = (where: string, container: Json): Array<string> => {
   return entrypoint.join(" ") === expected.join(" ")
     ? []
     : [`${where}: command ${JSON.stringify(entrypoint)}, expected ${JSON.stringify(expected)}`]
+}
+
+/** Every object of the manifests in `text`, as JavaScript. */
+export const manifestObjects = (text: string): ReadonlyArray<Json> =>
+  parseAllDocuments(text).map((document) => document.toJS() as Json)
+
+/** The containers (init containers first) of the workload `kind`/`name`, as Kubernetes runs them. */
+export const containersOf = (
+  objects: ReadonlyArray<Json>,
+  kind: string,
+  name: string
+): { readonly init: ReadonlyArray<Json>; readonly main: ReadonlyArray<Json> } => {
+  const object = objects.find((candidate) => candidate.kind === kind && candidate.metadata?.name === name)
+  const pod = object === undefined ? undefined : podOf(object)
+  return {
+    init: (pod?.initContainers ?? []) as ReadonlyArray<Json>,
+    main: (pod?.containers ?? []) as ReadonlyArray<Json>
+  }
+}
+
+/**
+ * The environment Kubernetes gives `container`: every key of each `envFrom` Secret, then `env`
+ * (which wins), its `secretKeyRef`s read from `secrets` (Secret name to its keys and values).
+ */
+export const containerEnv = (
+  container: Json,
+  secrets: Readonly<Record<string, Readonly<Record<string, string>>>>
+): Record<string, string> => {
+  const env: Record<string, string> = {}
+  for (const source of (container.envFrom ?? []) as ReadonlyArray<Json>) {
+    const secret = secrets[source.secretRef?.name]
+    if (secret === undefined) throw new Error(`no Secret ${source.secretRef?.name}`)
+    Object.assign(env, secret)
+  }
+  for (const variable of (container.env ?? []) as ReadonlyArray<Json>) {
+    const ref = variable.valueFrom?.secretKeyRef as Json | undefined
+    if (ref === undefined) {
+      env[variable.name] = String(variable.value ?? "")
+      continue
+    }
+    const value = secrets[ref.name]?.[ref.key]
+    if (value === undefined) throw new Error(`no key ${ref.key} in Secret ${ref.name}`)
+    env[variable.name] = value
+  }
+  return env
+}
+
+const urlOf = (container: Json): Json | undefined =>
+  ((container.env ?? []) as ReadonlyArray<Json>).find((variable) => variable.name === "CRM_SYNC_DATABASE_URL")
+
+/**
+ * What keeps the manifests in `text` off the least-privilege path of ops/sql/roles.sql: the
+ * migrations run in their own step (a container running `migrate`) with the owner's
+ * CRM_SYNC_DATABASE_URL from a Secret key of its own; every other container runs with
+ * CRM_SYNC_MIGRATIONS=check and sees nothing of that Secret (it gets the runtime role's URL).
+ */
+export const leastPrivilegeProblems = (text: string): ReadonlyArray<string> => {
+  const problems: Array<string> = []
+  const containers = manifestObjects(text).flatMap((object) => {
+    const pod = podOf(object)
+    return pod === undefined
+      ? []
+      : allContainers(pod).map((container) => ({
+          where: `${object.kind}/${object.metadata?.name} container ${container.name}`,
+          container
+        }))
+  })
+  const migrators = containers.filter(({ container }) => container.args?.[0] === "migrate")
+  if (migrators.length === 0) problems.push("no step runs `crm-sync migrate`: migrations have no step of their own")
+  const ownerSecrets = new Set<string>()
+  for (const { where, container } of migrators) {
+    const secret = urlOf(container)?.valueFrom?.secretKeyRef?.name
+    if (typeof secret === "string") ownerSecrets.add(secret)
+    else problems.push(`${where}: CRM_SYNC_DATABASE_URL does not come from a Secret key of its own (the owner's URL)`)
+  }
+  for (const { where, container } of containers) {
+    if (container.args?.[0] === "migrate") continue
+    const migrations = ((container.env ?? []) as ReadonlyArray<Json>).find(
+      (variable) => variable.name === "CRM_SYNC_MIGRATIONS"
+    )
+    if (migrations?.value !== "check") problems.push(`${where}: CRM_SYNC_MIGRATIONS is not check`)
+    const seen = [
+      ...((container.envFrom ?? []) as ReadonlyArray<Json>).map((source) => source.secretRef?.name),
+      ...((container.env ?? []) as ReadonlyArray<Json>).map((variable) => variable.valueFrom?.secretKeyRef?.name)
+    ]
+    if (seen.some((name) => ownerSecrets.has(name))) problems.push(`${where}: sees the migration owner's Secret`)
+  }
+  return problems
 }

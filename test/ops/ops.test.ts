@@ -12,7 +12,7 @@ import { decodeDocument, envRefNames, resolveEnvRefs } from "../../src/config/Ap
 import { EnvironmentVariables } from "../../src/config/Variables.ts"
 import { KnownEventTypes, UntypedEventTypes } from "../../src/crm/Events.ts"
 import { parse, parseAllDocuments } from "yaml"
-import { composeProblems, type Known, kubernetesProblems } from "./manifests.ts"
+import { composeProblems, type Known, kubernetesProblems, leastPrivilegeProblems } from "./manifests.ts"
 import { v8FlagsFor } from "../../bin/v8-flags.js"
 import { spawnSync } from "node:child_process"
 import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs"
@@ -207,7 +207,7 @@ describe("ops", () => {
       .replace("httpGet: { path: /readyz, port: admin }", "httpGet: { path: /readyz, port: status }")
       .replace('"--max-semi-space-size=32", "bin/crm-sync.js"', '"--max-semi-space-size=8", "bin/crm-sync.js"')
     assert.deepStrictEqual(kubernetesProblems(broken, known), [
-      "Deployment/crm-sync container crm-sync: sets LOGLEVEL, which crm-sync does not read",
+      "Deployment/crm-sync container migrate: sets LOGLEVEL, which crm-sync does not read",
       "Deployment/crm-sync container crm-sync: readinessProbe on unknown port status",
       'CronJob/crm-sync-reconcile container reconcile: runs "reconciliate", not a crm-sync command',
       'Job/crm-sync-backfill container backfill: command ["node","--max-semi-space-size=8","bin/crm-sync.js"], expected ["node","--max-semi-space-size=32","bin/crm-sync.js"]'
@@ -216,6 +216,38 @@ describe("ops", () => {
     assert.deepStrictEqual(composeProblems(brokenCompose, known), [
       "compose: CRM_SYNC_ADMIN_PORT 9191 is not published"
     ])
+  })
+
+  it("the shipped manifests take the least-privilege path: the owner migrates in a step of its own, the rest checks", () => {
+    const manifests = read("ops/kubernetes/crm-sync.yaml")
+    assert.deepStrictEqual(leastPrivilegeProblems(manifests), [])
+    // The Deployment's pods start only after the migrations ran: its init container migrates.
+    assert.match(manifests, /initContainers:\s+- name: migrate\b/)
+    // The owner's URL comes from a Secret the instructions create apart from the runtime's.
+    assert.match(
+      manifests,
+      /kubectl create secret generic crm-sync-owner\s+\\\s+#?\s*--from-literal=CRM_SYNC_DATABASE_URL=postgres:\/\/crm_sync_owner/
+    )
+    assert.match(manifests, /--from-literal=CRM_SYNC_DATABASE_URL=postgres:\/\/crm_sync_runtime/)
+
+    // The check fails on the manifests as they were: no migrate step, every pod applying.
+    const applying = manifests.replaceAll(/^ *- \{ name: CRM_SYNC_MIGRATIONS, value: check \}\n/gm, "")
+    assert.includeMembers(
+      [...leastPrivilegeProblems(applying)],
+      [
+        "Deployment/crm-sync container crm-sync: CRM_SYNC_MIGRATIONS is not check",
+        "CronJob/crm-sync-reconcile container reconcile: CRM_SYNC_MIGRATIONS is not check",
+        "Job/crm-sync-backfill container backfill: CRM_SYNC_MIGRATIONS is not check"
+      ]
+    )
+    const ownerEverywhere = manifests.replace(
+      "envFrom:\n            - secretRef: { name: crm-sync }",
+      "envFrom:\n            - secretRef: { name: crm-sync-owner }"
+    )
+    assert.include(
+      [...leastPrivilegeProblems(ownerEverywhere)],
+      "Deployment/crm-sync container crm-sync: sees the migration owner's Secret"
+    )
   })
 
   it("every launcher starts Node through bin/crm-sync.js with the V8 flags its command needs", () => {
