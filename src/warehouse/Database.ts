@@ -6,10 +6,11 @@
  */
 import * as PgClient from "@effect/sql-pg/PgClient"
 import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
-import { AppConfig } from "../config/AppConfig.ts"
+import { AppConfig, type AppConfigShape } from "../config/AppConfig.ts"
 import { acquireEmbeddedDatabase } from "./EmbeddedDatabase.ts"
 import { checkMigrated, migrate } from "./Migrations.ts"
 
@@ -32,19 +33,30 @@ const describeUrl = (url: string) => {
   }
 }
 
+/**
+ * What every crm-sync session starts with (`database.*` of the config): a lock wait fails after
+ * `lock_timeout`, a session idle in a transaction is closed after `idle_in_transaction`
+ * (docs/sync.md, "Locks").
+ */
+export const sessionSettings = (config: Pick<AppConfigShape, "database">) => ({
+  lock_timeout: String(Duration.toMillis(config.database.lock_timeout)),
+  idle_in_transaction_session_timeout: String(Duration.toMillis(config.database.idle_in_transaction))
+})
+
 export const DatabaseLive = Layer.unwrap(
   Effect.gen(function* () {
     const config = yield* AppConfig
+    const startupParameters = sessionSettings(config)
     if (config.database_url !== undefined) {
       const url = config.database_url
       return Layer.merge(
-        PgClient.layer({ url, applicationName: "crm-sync" }),
+        PgClient.layer({ url, applicationName: "crm-sync", startupParameters }),
         Layer.succeed(DatabaseInfo, { kind: "external", location: describeUrl(Redacted.value(url)) })
       )
     }
     const embedded = yield* acquireEmbeddedDatabase(config.data_dir)
     return Layer.merge(
-      PgClient.layer({ url: embedded.url, applicationName: "crm-sync" }),
+      PgClient.layer({ url: embedded.url, applicationName: "crm-sync", startupParameters }),
       Layer.succeed(DatabaseInfo, {
         kind: "embedded",
         location: `${embedded.dataDirectory} (port ${embedded.port}${embedded.owned ? "" : ", shared with another process"})`

@@ -134,6 +134,8 @@ export const migrateFrom = (directory: string) =>
     const sql = yield* SqlClient
     return yield* sql.withTransaction(
       Effect.gen(function* () {
+        // Another process's migrations, and DDL's locks, are waited for as long as they take.
+        yield* sql`SET LOCAL lock_timeout = 0`
         yield* sql`SELECT pg_advisory_xact_lock(${MIGRATION_LOCK_KEY})`
         const files = yield* Effect.try({
           try: () => migrationFiles(directory).map(([id, name]) => [id, name] as const),
