@@ -219,7 +219,7 @@ const storeBatch = (deps: Deps, run: CrawlRun, known: KnownReferences, batch: Re
     Effect.uninterruptible,
     Effect.tapError((error) =>
       isTransient(error)
-        ? Effect.logInfo("crawl: a batch met a lock or a lost connection; trying it again").pipe(
+        ? Effect.logInfo("crawl: a batch failed on a lock wait or a lost connection (tried up to four times)").pipe(
             Effect.annotateLogs({ error: error.message })
           )
         : Effect.void

@@ -6,7 +6,8 @@
  * other crawl run into what the first crawl holds, then lets the first go. A crawl that kept a
  * transaction open, holding row locks, while it waited for something of its own process (an
  * earlier batch of the same crawl) closed a cycle of waits PostgreSQL cannot see: it stalled until
- * its own one-minute guard failed the crawl.
+ * its own one-minute guard failed the crawl. And a lock wait that does happen (another writer
+ * holding a row far too long) fails after `database.lock_timeout`, leaving the crawl resumable.
  */
 import { assert, layer } from "@effect/vitest"
 import { Effect, Fiber, Layer } from "effect"
@@ -21,9 +22,10 @@ import { Credentials } from "../../src/crm/Credentials.ts"
 import { PageCrawler } from "../../src/sync/PageCrawler.ts"
 import { SyncServicesLive } from "../../src/sync/SyncJobs.ts"
 import { Warehouse } from "../../src/warehouse/Warehouse.ts"
-import { TestDatabase } from "../support/TestDatabase.ts"
+import { MigratedDatabase } from "../../src/warehouse/Database.ts"
+import { freshDatabase, TestDatabase } from "../support/TestDatabase.ts"
 import { compareTable } from "./compare.ts"
-import { unthrottled } from "./harness.ts"
+import { client, listAll, unthrottled } from "./harness.ts"
 
 /** The advisory lock key the trigger waits on while the test holds it. */
 const GATE = 28_001
@@ -181,5 +183,79 @@ layer(twoCrawls, options)("two crawls of overlapping listings", (it) => {
         assert.deepStrictEqual(yield* compareTable("financial_accounts", seenByA), [])
       }),
     { timeout: 150_000 }
+  )
+})
+
+/** The sync services on crm-sync's own database layer (its session settings), `lock_timeout` 200 ms. */
+const shortLockTimeout = Layer.unwrap(
+  Effect.map(freshDatabase, (url) => {
+    const config = Layer.unwrap(
+      Effect.map(Sandbox, (sandbox) =>
+        AppConfig.layerFrom({
+          database_url: url,
+          database: { lock_timeout: "200 millis" },
+          connections: [
+            {
+              name: "default",
+              base_url: sandbox.baseUrl,
+              credential: "personal",
+              token: sandbox.credentials.personalAccessToken,
+              limits: unthrottled
+            }
+          ]
+        })
+      )
+    ).pipe(
+      Layer.provideMerge(
+        Sandbox.layer({
+          seed: 11,
+          records: 1000,
+          limits: { personal: unthrottled, oauth: { user: 1_000_000, app: 1_000_000, ip: 1_000_000 } }
+        })
+      )
+    )
+    return SyncServicesLive.pipe(
+      Layer.provideMerge(Warehouse.layer),
+      Layer.provideMerge(
+        Layer.mergeAll(RateBudget.layer, Credentials.layer).pipe(Layer.provideMerge(FetchHttpClient.layer))
+      ),
+      Layer.provideMerge(MigratedDatabase),
+      Layer.provideMerge(config)
+    )
+  })
+)
+
+layer(shortLockTimeout, options)("a row held too long by another writer", (it) => {
+  it.effect("fails the crawl's wait after lock_timeout, resumable; the next crawl completes", () =>
+    Effect.gen(function* () {
+      const sql = yield* SqlClient
+      const crawler = yield* PageCrawler
+      const crawl = Effect.flatMap(client, (c) => crawler.crawl(c, "financial_accounts", { source: "crawl" }))
+      const [setting] = yield* sql<{ lock_timeout: string }>`SHOW lock_timeout`
+      assert.strictEqual(setting!.lock_timeout, "200ms")
+      yield* crawl
+      const truth = yield* listAll("/v1/financial_accounts")
+
+      // Another writer locks a record of the third page and keeps its transaction open.
+      const session = yield* sql.reserve
+      yield* query(session, "BEGIN")
+      yield* query(session, "SELECT id FROM crm.financial_accounts WHERE id = $1 FOR UPDATE", [String(truth[250]!.id)])
+      // A deadlock detector, not a measure: without lock_timeout the crawl would wait for ever.
+      const failed = yield* Effect.flip(crawl).pipe(
+        Effect.timeoutOrElse({ duration: "60 seconds", orElse: () => Effect.die(new Error("the crawl hung")) })
+      )
+      assert.include(failed.message, "crawl default financial_accounts")
+      assert.include(failed.message, "55P03")
+      assert.isTrue(failed.retryable, "the job tries again")
+      const [run] = yield* sql<{ status: string; last_page: number }>`
+        SELECT status, last_page FROM crm_sync.crawl_runs ORDER BY id DESC LIMIT 1`
+      assert.strictEqual(run!.status, "failed")
+      assert.isBelow(run!.last_page, 3)
+
+      yield* query(session, "ROLLBACK")
+      const resumed = yield* crawl
+      assert.isTrue(resumed.resumed)
+      assert.deepStrictEqual(yield* compareTable("financial_accounts", truth), [])
+    })
   )
 })
