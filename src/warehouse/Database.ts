@@ -38,7 +38,7 @@ const describeUrl = (url: string) => {
  * `lock_timeout`, a session idle in a transaction is closed after `idle_in_transaction`
  * (docs/sync.md, "Locks").
  */
-export const sessionSettings = (config: Pick<AppConfigShape, "database">) => ({
+const sessionSettings = (config: Pick<AppConfigShape, "database">) => ({
   lock_timeout: String(Duration.toMillis(config.database.lock_timeout)),
   idle_in_transaction_session_timeout: String(Duration.toMillis(config.database.idle_in_transaction))
 })
