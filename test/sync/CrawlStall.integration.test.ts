@@ -71,7 +71,7 @@ const listing = Effect.fnUntraced(function* (token: string) {
 const query = <A extends object>(session: Connection, text: string, params: ReadonlyArray<unknown> = []) =>
   Effect.orDie(session.execute(text, params as Array<never>, undefined)) as Effect.Effect<ReadonlyArray<A>>
 
-/** Waits (polling the test's session) until `holds` says yes, or gives up after `attempts` looks. */
+/** Polls a query answering `yes` on the test's session until it does; false after `attempts` looks without. */
 const until = (session: Connection, text: string, attempts = Number.POSITIVE_INFINITY) =>
   Effect.gen(function* () {
     for (let attempt = 0; attempt < attempts; attempt++) {
