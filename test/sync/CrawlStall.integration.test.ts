@@ -8,9 +8,12 @@
  * earlier batch of the same crawl) closed a cycle of waits PostgreSQL cannot see: it stalled until
  * its own one-minute guard failed the crawl. And a lock wait that does happen (another writer
  * holding a row far too long) fails after `database.lock_timeout`, leaving the crawl resumable.
+ * Many crawls of overlapping listings on a pool of two connections all finish too: a
+ * transaction never holds a connection while it waits for another.
  */
 import { assert, layer } from "@effect/vitest"
-import { Effect, Fiber, Layer } from "effect"
+import { PgClient } from "@effect/sql-pg"
+import { Effect, Fiber, Layer, Redacted } from "effect"
 import { FetchHttpClient } from "effect/http"
 import { SqlClient } from "effect/sql/SqlClient"
 import type { Connection } from "effect/sql/SqlConnection"
@@ -23,6 +26,7 @@ import { PageCrawler } from "../../src/sync/PageCrawler.ts"
 import { SyncServicesLive } from "../../src/sync/SyncJobs.ts"
 import { Warehouse } from "../../src/warehouse/Warehouse.ts"
 import { MigratedDatabase } from "../../src/warehouse/Database.ts"
+import { migrate } from "../../src/warehouse/Migrations.ts"
 import { freshDatabase, TestDatabase } from "../support/TestDatabase.ts"
 import { compareTable } from "./compare.ts"
 import { client, listAll, unthrottled } from "./harness.ts"
@@ -257,5 +261,78 @@ layer(shortLockTimeout, options)("a row held too long by another writer", (it) =
       assert.isTrue(resumed.resumed)
       assert.deepStrictEqual(yield* compareTable("financial_accounts", truth), [])
     })
+  )
+})
+
+/** Users 1 to 4 of the first company: user 1 is in its three books, the others in two each. */
+const USERS = ["usr_00000001", "usr_00000002", "usr_00000003", "usr_00000004"]
+
+/** One connection per user (`u1` … `u4`), their sync services on a fresh database whose pool has 2 connections. */
+const smallPool = Layer.unwrap(
+  Effect.map(freshDatabase, (url) => {
+    const config = Layer.unwrap(
+      Effect.gen(function* () {
+        const sandbox = yield* Sandbox
+        const connections = []
+        for (const [index, userId] of USERS.entries()) {
+          const token = yield* sandbox.admin.createToken({ userId })
+          connections.push({
+            name: `u${index + 1}`,
+            base_url: sandbox.baseUrl,
+            credential: "personal",
+            token: token.token,
+            limits: unthrottled
+          })
+        }
+        return AppConfig.layerFrom({ connections })
+      })
+    ).pipe(
+      Layer.provideMerge(
+        Sandbox.layer({
+          seed: 11,
+          records: 6000,
+          limits: { personal: unthrottled, oauth: { user: 1_000_000, app: 1_000_000, ip: 1_000_000 } }
+        })
+      )
+    )
+    const database = Layer.effectDiscard(Effect.asVoid(migrate)).pipe(
+      Layer.provideMerge(PgClient.layer({ url: Redacted.make(url), maxConnections: 2 }))
+    )
+    return SyncServicesLive.pipe(
+      Layer.provideMerge(Warehouse.layer),
+      Layer.provideMerge(
+        Layer.mergeAll(RateBudget.layer, Credentials.layer).pipe(Layer.provideMerge(FetchHttpClient.layer))
+      ),
+      Layer.provideMerge(database),
+      Layer.provideMerge(config)
+    )
+  })
+)
+
+layer(smallPool, options)("many crawls on a small pool", (it) => {
+  it.effect(
+    "eight crawls of overlapping listings at once, on two pool connections, all finish",
+    () =>
+      Effect.gen(function* () {
+        const crawler = yield* PageCrawler
+        const jobs = USERS.flatMap((_, index) =>
+          (["financial_accounts", "annuity_contracts"] as const).map((resource) =>
+            Effect.flatMap(CrmClient.make(`u${index + 1}`).pipe(Effect.orDie), (c) =>
+              crawler.crawl(c, resource, { source: "crawl" })
+            )
+          )
+        )
+        // A deadlock detector, not a measure: together they write about 8,000 records.
+        const summaries = yield* Effect.all(jobs, { concurrency: "unbounded" }).pipe(
+          Effect.timeoutOrElse({ duration: "100 seconds", orElse: () => Effect.die(new Error("the crawls stalled")) })
+        )
+        assert.strictEqual(summaries.length, 8)
+        // User 1 sees every book: the warehouse holds exactly what user 1's listings hold.
+        for (const resource of ["financial_accounts", "annuity_contracts"]) {
+          const truth = yield* listAll(`/v1/${resource}`)
+          assert.deepStrictEqual(yield* compareTable(resource, truth), [])
+        }
+      }),
+    { timeout: 150_000 }
   )
 })
