@@ -237,6 +237,9 @@ layer(shortLockTimeout, options)("a row held too long by another writer", (it) =
       const crawl = Effect.flatMap(client, (c) => crawler.crawl(c, "financial_accounts", { source: "crawl" }))
       const [setting] = yield* sql<{ lock_timeout: string }>`SHOW lock_timeout`
       assert.strictEqual(setting!.lock_timeout, "200ms")
+      const [idle] = yield* sql<{ idle_in_transaction_session_timeout: string }>`
+        SHOW idle_in_transaction_session_timeout`
+      assert.strictEqual(idle!.idle_in_transaction_session_timeout, "1min", "the default")
       yield* crawl
       const truth = yield* listAll("/v1/financial_accounts")
 
