@@ -168,7 +168,8 @@ layer(twoCrawls, options)("two crawls of overlapping listings", (it) => {
         while (crawlB.pollUnsafe() === undefined) {
           const [row] = yield* query<{ yes: boolean }>(
             session,
-            `SELECT EXISTS (SELECT 1 ${others} AND a.wait_event_type = 'Lock' AND a.wait_event <> 'advisory') AS yes`
+            `SELECT EXISTS (SELECT 1 ${others} AND a.wait_event_type = 'Lock' AND a.wait_event <> 'advisory'
+            AND a.query LIKE '%financial_accounts%') AS yes`
           )
           if (row?.yes === true) break
           yield* Effect.sleep("20 millis")
