@@ -249,6 +249,19 @@ const Outbound = Schema.Struct({
   retry_server_errors: withDefault(Schema.Boolean, false)
 })
 
+/**
+ * Settings of every crm-sync session on the warehouse (sent when each connection opens). No
+ * transaction of crm-sync waits for anything of its own process, so every wait is a lock
+ * PostgreSQL sees; these bound the rest: a lock wait fails after `lock_timeout` (and the write is
+ * tried again), and a session idle inside a transaction longer than
+ * `idle_in_transaction` is closed by the server, its locks released. The latter stays above
+ * the OAuth token request's 30 s, which a refresh makes holding its connection's row lock.
+ */
+const DatabaseSettings = Schema.Struct({
+  lock_timeout: withDefault(DurationBetween("100 millis", "10 minutes", "10 seconds"), "10 seconds"),
+  idle_in_transaction: withDefault(DurationBetween("35 seconds", "1 day", "1 minute"), "1 minute")
+})
+
 export const ConfigDocument = Schema.Struct({
   database_url: Schema.optionalKey(Secret),
   data_dir: withDefault(Schema.NonEmptyString, ".crm-sync"),
@@ -277,7 +290,8 @@ export const ConfigDocument = Schema.Struct({
   schedules: withDefault(Schedules, {}),
   budget: withDefault(Budget, {}),
   sync: withDefault(Sync, {}),
-  outbound: withDefault(Outbound, {})
+  outbound: withDefault(Outbound, {}),
+  database: withDefault(DatabaseSettings, {})
 }).check(
   Schema.makeFilter((document) => {
     if (document.admin_port !== 0 && document.admin_port === document.webhook_port)

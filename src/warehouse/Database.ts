@@ -8,12 +8,13 @@
  */
 import * as PgClient from "@effect/sql-pg/PgClient"
 import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import * as Schema from "effect/Schema"
 import { SqlClient } from "effect/sql/SqlClient"
-import { AppConfig } from "../config/AppConfig.ts"
+import { AppConfig, type AppConfigShape } from "../config/AppConfig.ts"
 import { oneLine } from "../observability/Text.ts"
 import { acquireEmbeddedDatabase } from "./EmbeddedDatabase.ts"
 import { checkMigrated, migrate } from "./Migrations.ts"
@@ -36,6 +37,16 @@ const describeUrl = (url: string) => {
     return "(unparseable CRM_SYNC_DATABASE_URL)"
   }
 }
+
+/**
+ * What every crm-sync session starts with (`database.*` of the config): a lock wait fails after
+ * `lock_timeout`, a session idle in a transaction is closed after `idle_in_transaction`
+ * (docs/sync.md, "Locks").
+ */
+const sessionSettings = (config: Pick<AppConfigShape, "database">) => ({
+  lock_timeout: String(Duration.toMillis(config.database.lock_timeout)),
+  idle_in_transaction_session_timeout: String(Duration.toMillis(config.database.idle_in_transaction))
+})
 
 /** The role an URL logs in as, if it names one (never its password). */
 const userOf = (url: string) => {
@@ -66,25 +77,36 @@ const reachable = (target: string) =>
     )
   )
 
-/** A client on `url`, checked to answer; with DatabaseInfo. */
-const connected = (url: Redacted.Redacted<string>, info: DatabaseInfoShape, target: string) =>
+/** A client on `url` with crm-sync's session settings, checked to answer; with DatabaseInfo. */
+const connected = (
+  url: Redacted.Redacted<string>,
+  startupParameters: Record<string, string>,
+  info: DatabaseInfoShape,
+  target: string
+) =>
   Layer.merge(
-    reachable(target).pipe(Layer.provideMerge(PgClient.layer({ url, applicationName: "crm-sync" }))),
+    reachable(target).pipe(Layer.provideMerge(PgClient.layer({ url, applicationName: "crm-sync", startupParameters }))),
     Layer.succeed(DatabaseInfo, info)
   )
 
 export const DatabaseLive = Layer.unwrap(
   Effect.gen(function* () {
     const config = yield* AppConfig
+    const startupParameters = sessionSettings(config)
     if (config.database_url !== undefined) {
       const url = config.database_url
       const location = describeUrl(Redacted.value(url))
       const user = userOf(Redacted.value(url))
-      return connected(url, { kind: "external", location }, user === "" ? location : `${location} as ${user}`)
+      return connected(
+        url,
+        startupParameters,
+        { kind: "external", location },
+        user === "" ? location : `${location} as ${user}`
+      )
     }
     const embedded = yield* acquireEmbeddedDatabase(config.data_dir)
     const location = `${embedded.dataDirectory} (port ${embedded.port}${embedded.owned ? "" : ", shared with another process"})`
-    return connected(embedded.url, { kind: "embedded", location }, `embedded PostgreSQL ${location}`)
+    return connected(embedded.url, startupParameters, { kind: "embedded", location }, `embedded PostgreSQL ${location}`)
   })
 )
 

@@ -213,6 +213,8 @@ export const migrateFrom = (directory: string) =>
     if ((yield* pendingFrom(directory)).length === 0) return []
     return yield* sql.withTransaction(
       Effect.gen(function* () {
+        // Another process's migrations, and DDL's locks, are waited for as long as they take.
+        yield* sql`SET LOCAL lock_timeout = 0`
         yield* sql`SELECT pg_advisory_xact_lock(${MIGRATION_LOCK_KEY})`
         // Again under the lock: another process may have applied them meanwhile.
         yield* pendingFrom(directory)

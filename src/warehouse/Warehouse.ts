@@ -71,12 +71,6 @@ export interface WriteOptions {
   /** Reference rows a long run of writes (a crawl) already knows exist (see `KnownReferences`). */
   readonly known?: ReferenceLedger
   /**
-   * Runs once, after the records (and their child rows) are written and before any reference row
-   * is merged: a caller running two writes side by side holds the later one here until the
-   * earlier one committed, so the two never wait on each other's reference rows (PageCrawler).
-   */
-  readonly beforeReferences?: Effect.Effect<void>
-  /**
    * false: the caller runs the write inside a transaction of its own and, when PostgreSQL refuses
    * a record (`refusedRecord`), rolls it back and writes again without this. The write then takes
    * no savepoint per chunk — two statements fewer — and a refused record fails it instead of being

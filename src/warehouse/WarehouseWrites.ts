@@ -94,7 +94,10 @@ const mergeReferences = Effect.fnUntraced(function* (
       ? sightings
       : sightings.filter(({ resource, record }) => !onlyId(record) || !known.has(resource, record.id))
   const learned: Array<readonly [ReferenceResource, string]> = []
-  for (const [resource, news] of mergeSightings(wanted)) {
+  // Reference tables in one order (by name), each one's rows by id (mergeSightings): two writers
+  // naming the same households and users lock them in the same order.
+  const merged = [...mergeSightings(wanted)].toSorted(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+  for (const [resource, news] of merged) {
     const reference: AnyTable = Tables[resource]
     if (known !== undefined) {
       for (const record of news) if (!known.has(resource, record.id)) learned.push([resource, record.id])
@@ -185,7 +188,6 @@ const writeChunk = (sql: SqlClient, table: AnyTable, items: ReadonlyArray<Decode
       const { counts, written } = writtenOf(items, yield* writeParents(sql, table, items, options.source))
       if (written.length === 0) return { counts, references: [] }
       yield* replaceChildren(sql, table, written)
-      if (options.beforeReferences !== undefined) yield* options.beforeReferences
       const references = yield* mergeReferences(
         sql,
         written.map((w) => w.item),

@@ -385,7 +385,7 @@ layer(harness({ sandbox: { records: 2000 } }), options)("interrupted anywhere", 
       const sandbox = yield* Sandbox
       yield* sandbox.admin.addFault({ kind: "latency", ms: 5, path: "/v1/financial_accounts" })
       // Interruptions landing at different moments of the pipeline: before the first page, while
-      // pages are fetched, decoded, queued and written by the two writers.
+      // pages are fetched, decoded, queued and written.
       for (let i = 0; i < 16; i++) {
         const fiber = yield* Effect.forkChild(crawl("financial_accounts"))
         yield* Effect.sleep(`${3 + ((i * 7) % 40)} millis`)
