@@ -16,6 +16,11 @@ const fresh = Effect.gen(function* () {
   return a
 })
 
+/** A transcript of one segment saying `text`. */
+const segment = (text: string) => ({
+  segments: [{ text, participant: { name: "A" }, start_timestamp: "00:00:01", end_timestamp: "00:00:02" }]
+})
+
 /** Crawls a list page by page; the ids in the order seen. */
 const crawl = (path: string, perPage: number) =>
   Effect.gen(function* () {
@@ -109,9 +114,6 @@ layer(sandboxLayer({ records: 2000, webhookRetrySchedule: [] }), { excludeTestSe
       it.effect("faults: latency after the handler sends what was true when the request arrived", () =>
         Effect.gen(function* () {
           const a = yield* fresh
-          const segment = (text: string) => ({
-            segments: [{ text, participant: { name: "A" }, start_timestamp: "00:00:01", end_timestamp: "00:00:02" }]
-          })
           const meeting = yield* a.actions.createMeeting({ book_id: "bk_00000001", transcript: segment("first") })
           const path = `/v1/meetings/${meeting.id}/transcript`
           yield* a.addFault({ kind: "latency", when: "after", ms: 1_000, path, times: 1 })
