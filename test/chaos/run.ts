@@ -50,13 +50,23 @@ const endpoints = [
 const typedEventTypes = EVENT_TYPES.filter((type) => !(UntypedEventTypes as ReadonlyArray<string>).includes(type))
 
 const rng = makeRng(seed)
+/** The CRM's clock against crm-sync's: up to 2 minutes either way (the intake accepts 5). */
+const clockSkewMs = rng.int(240_001) - 120_000
+console.log(`chaos: the CRM's clock runs ${(clockSkewMs / 1000).toFixed(3)} s ${clockSkewMs < 0 ? "behind" : "ahead"}`)
 const dir = mkdtempSync(join(tmpdir(), "crm-sync-chaos-"))
 const logDir = join(dir, "logs")
 mkdirSync(logDir)
 const durationMs = minutes * 60_000
-/** When each replica was killed (this process's clock, as the sandbox's request log uses). */
+/** When each replica was killed (this process's clock; the sandbox's request log is `clockSkewMs` off it). */
 const killedAt: Array<number> = []
-const figures: Record<string, number> = { kills: 0, restarts: 0, database_restarts: 0, faults: 0, outbox_rows: 0 }
+const figures: Record<string, number> = {
+  clock_skew_ms: clockSkewMs,
+  kills: 0,
+  restarts: 0,
+  database_restarts: 0,
+  faults: 0,
+  outbox_rows: 0
+}
 const log = (line: string) => console.log(`chaos ${((Date.now() - startedAt) / 1000).toFixed(1)}s: ${line}`)
 let startedAt = Date.now()
 
@@ -82,7 +92,8 @@ const sandboxContext = await Effect.runPromise(
         "20 seconds",
         "30 seconds"
       ],
-      webhookReorderHold: "1 second"
+      webhookReorderHold: "1 second",
+      clockSkew: clockSkewMs
     }),
     scope
   )
@@ -266,7 +277,7 @@ await run(admin.flushDebounce)
 const settled = await waitForQuiet()
 log(settled ? "deliveries and outbox settled" : "deliveries or outbox did NOT settle within the bound")
 // What the events did on their own, before anything repairs it.
-const beforeReconcile = await judgeEvents(sandbox, warehouseQuery(database))
+const beforeReconcile = await judgeEvents(sandbox, warehouseQuery(database), activity.silent())
 log(`events judged before the reconciliation: ${beforeReconcile.mismatches.length} mismatch(es)`)
 // One reconciliation, as a firm's nightly job would run it.
 const reconcile = command(["reconcile"], env, join(logDir, "reconcile.log"))
@@ -276,6 +287,7 @@ log(`crm-sync reconcile exited ${reconcileCode}`)
 const verdict = await judge({
   sandbox,
   killedAt,
+  clockSkewMs,
   database,
   token: grant.access_token,
   outboxRows,
@@ -301,6 +313,12 @@ const all = {
   ...figures,
   changes: Object.values(activity.counts).reduce((a, b) => a + b, 0),
   changes_refused: activity.refused(),
+  // The scenes of world.ts, each a known hazard for one record.
+  ...Object.fromEntries(
+    Object.entries(activity.counts)
+      .filter(([name]) => name.startsWith("scene."))
+      .map(([name, count]) => [name.replace("scene.", "scene_"), count])
+  ),
   webhook_proxy_502: balancer.figures().failed,
   reconcile_exit: reconcileCode ?? -1,
   ...verdict.figures,
