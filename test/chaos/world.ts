@@ -5,8 +5,9 @@
  * plain changes, scenes that put one record through a known hazard: a client delivery whose first
  * attempts fail and whose retry (signed at the retry's time) lands after a newer change of the
  * same client; a task, meeting or note change retried after the record's deletion; a transcript
- * changed twice while the first read of it is answered late; a transcript hidden (no event); a
- * meeting with a transcript deleted. The CRM's clock skew is set by run.ts (`clockSkew`).
+ * changed twice, the second time once the first read of it has arrived (it is answered late); a
+ * transcript hidden (no event); a meeting with a transcript deleted. The CRM's clock skew is set
+ * by run.ts (`clockSkew`).
  */
 import { Effect } from "effect"
 import type { Sandbox } from "@crm-sync/sandbox"
@@ -44,8 +45,11 @@ interface Row {
 const stamp = () => new Date().toISOString().slice(11, 23)
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
 
-/** How long a retried delivery may take to land: the chaos retry schedule's first five delays, and a margin. */
-const RETRY_SPAN_MS = 30_000
+/**
+ * How many steps a retried delivery may take to land: its last attempt (at most 11 s, the chaos
+ * retry schedule's first four delays) is a few dozen steps away, and the margin is wide.
+ */
+const RETRY_SPAN_STEPS = 150
 
 /** A transcript of one segment, saying `text`. */
 const transcriptOf = (text: string) => ({
@@ -70,8 +74,10 @@ export const makeActivity = (sandbox: SandboxService, rng: Rng, books: ReadonlyA
    * before it reached the receiver; docs/reliability.md).
    */
   const reserved = new Map<string, number>()
-  const free = <A extends Row>(rows: ReadonlyArray<A>) => rows.filter((row) => (reserved.get(row.id) ?? 0) < Date.now())
-  const reserve = (id: string) => reserved.set(id, Date.now() + RETRY_SPAN_MS)
+  // counted in steps, not time, so that the same seed picks the same clients
+  let steps = 0
+  const free = <A extends Row>(rows: ReadonlyArray<A>) => rows.filter((row) => (reserved.get(row.id) ?? 0) < steps)
+  const reserve = (id: string) => reserved.set(id, steps + RETRY_SPAN_STEPS)
   /** Meetings whose transcript the world changed without an event (hidden): only a read can see it. */
   const silent = new Set<string>()
   const fail = (rule: Record<string, unknown>) =>
@@ -89,6 +95,16 @@ export const makeActivity = (sandbox: SandboxService, rng: Rng, books: ReadonlyA
         const messages = await Effect.runPromise(sandbox.admin.messages())
         if (!messages.some((m) => m.record_id === recordId && m.prepared_at === null)) return
         await sleep(20)
+      }
+    })
+  let lateReads = 0
+  /** Waits (bounded) until the late-answer fault `id` has caught its read. */
+  const firstRead = (id: string) =>
+    Effect.promise(async () => {
+      for (let i = 0; i < 100; i++) {
+        const faults = await Effect.runPromise(sandbox.admin.faults)
+        if ((faults.find((fault) => fault.id === id)?.fired ?? 1) > 0) return
+        await sleep(50)
       }
     })
   const withTranscript = (book: string) =>
@@ -175,21 +191,23 @@ export const makeActivity = (sandbox: SandboxService, rng: Rng, books: ReadonlyA
       "scene.transcript_changed_twice",
       (book) =>
         Effect.flatMap(records("meetings", book), (meetings): Change => {
-          const meeting = rng.pick(meetings)
+          // a hidden transcript announces nothing: only meetings whose transcript is shown
+          const meeting = rng.pick(meetings.filter((row) => row.transcript_visible !== false))
           if (meeting === undefined) return Effect.void
-          const late = 800 + rng.int(2_000)
-          const gap = 200 + rng.int(600)
+          const id = `late-transcript-${meeting.id}-${++lateReads}`
           return sandbox.admin
             .addFault({
+              id,
               kind: "latency",
               when: "after",
-              ms: late,
+              ms: 2_500 + rng.int(2_500),
               path: `/v1/meetings/${meeting.id}/transcript`,
               times: 1
             } as never)
             .pipe(
               Effect.andThen(actions.setTranscript(meeting.id, transcriptOf(`First take ${stamp()}`))),
-              Effect.andThen(Effect.promise(() => sleep(gap))),
+              // the first read has been answered (late): the second change is not in it
+              Effect.andThen(firstRead(id)),
               Effect.andThen(actions.setTranscript(meeting.id, transcriptOf(`Second take ${stamp()}`)))
             )
         })
@@ -387,6 +405,7 @@ export const makeActivity = (sandbox: SandboxService, rng: Rng, books: ReadonlyA
     silent: () => silent as ReadonlySet<string>,
     /** One change by a CRM user (or one scene), chosen by the PRNG. */
     step: async () => {
+      steps++
       const [name, change] = all[rng.int(all.length)]!
       const book = rng.pick(books)!
       const outcome = await Effect.runPromise(Effect.result(change(book)))
