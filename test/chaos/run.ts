@@ -270,6 +270,10 @@ figures.outbox_rows = outboxRows.length
 log(`faults and activity stop (${Object.values(activity.counts).reduce((a, b) => a + b, 0)} changes)`)
 
 // --- settling --------------------------------------------------------------------------------
+// How many first reads of a transcript changed twice were caught and answered late (world.ts).
+figures.transcript_reads_answered_late = (await run(admin.faults)).filter(
+  (fault) => fault.id.startsWith("late-transcript-") && fault.fired > 0
+).length
 await run(admin.clearFaults)
 for (const replica of replicas.replicas) if (replica.process === undefined) replicas.start(replica)
 await replicas.ready(60_000)

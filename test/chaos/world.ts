@@ -145,7 +145,9 @@ export const makeActivity = (sandbox: SandboxService, rng: Rng, books: ReadonlyA
             Effect.andThen(actions.updateClient(client.id, { tier: rng.pick(["A", "B", "C"])! })),
             Effect.andThen(sandbox.admin.flushDebounce),
             Effect.andThen(prepared(client.id)),
-            Effect.andThen(actions.updateClient(client.id, { name: `Chaos Client renamed ${stamp()}` })),
+            Effect.andThen(
+              Effect.suspend(() => actions.updateClient(client.id, { name: `Chaos Client renamed ${stamp()}` }))
+            ),
             Effect.andThen(sandbox.admin.flushDebounce)
           )
         })
@@ -208,7 +210,9 @@ export const makeActivity = (sandbox: SandboxService, rng: Rng, books: ReadonlyA
               Effect.andThen(actions.setTranscript(meeting.id, transcriptOf(`First take ${stamp()}`))),
               // the first read has been answered (late): the second change is not in it
               Effect.andThen(firstRead(id)),
-              Effect.andThen(actions.setTranscript(meeting.id, transcriptOf(`Second take ${stamp()}`)))
+              Effect.andThen(
+                Effect.suspend(() => actions.setTranscript(meeting.id, transcriptOf(`Second take ${stamp()}`)))
+              )
             )
         })
     ],
