@@ -189,17 +189,41 @@ export const judgeEvents = async (
   return { mismatches, compared }
 }
 
-/** The event types of each record's deliveries that took more than one attempt. */
+/** How a failed first attempt ended: never sent, its answer lost, or the receiver's status. */
+const firstAttempt = (delivery: { readonly status: number | null; readonly error: string | null }) =>
+  delivery.error?.includes("not sent")
+    ? "not sent"
+    : delivery.error?.includes("lost")
+      ? "answer lost"
+      : `answered ${String(delivery.status ?? delivery.error)}`
+
+/**
+ * Each record's deliveries that took more than one attempt: the event type and how the first
+ * attempt ended (`client.updated: not sent`), so a mismatch line says which retry it may owe to.
+ */
 const retriedDeliveries = (
   messages: ReadonlyArray<{ readonly id: string; readonly record_id: string }>,
-  deliveries: ReadonlyArray<{ readonly message_id: string; readonly event_type: string; readonly attempt: number }>
+  deliveries: ReadonlyArray<{
+    readonly message_id: string
+    readonly endpoint_id: string
+    readonly event_type: string
+    readonly attempt: number
+    readonly duplicate: boolean
+    readonly status: number | null
+    readonly error: string | null
+  }>
 ) => {
   const recordOf = new Map(messages.map((message) => [message.id, message.record_id]))
+  const firsts = new Map(
+    deliveries.filter((d) => d.attempt === 1 && !d.duplicate).map((d) => [`${d.message_id}/${d.endpoint_id}`, d])
+  )
   const retried = new Map<string, Set<string>>()
   for (const delivery of deliveries) {
     const record = recordOf.get(delivery.message_id)
-    if (delivery.attempt < 2 || record === undefined) continue
-    retried.set(record, (retried.get(record) ?? new Set()).add(delivery.event_type))
+    if (delivery.attempt !== 2 || record === undefined) continue
+    const first = firsts.get(`${delivery.message_id}/${delivery.endpoint_id}`)
+    const how = first === undefined ? "" : `: ${firstAttempt(first)}`
+    retried.set(record, (retried.get(record) ?? new Set()).add(`${delivery.event_type}${how}`))
   }
   return retried
 }
