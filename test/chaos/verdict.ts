@@ -189,13 +189,15 @@ export const judgeEvents = async (
   return { mismatches, compared }
 }
 
-/** How a failed first attempt ended: never sent, its answer lost, or the receiver's status. */
-const firstAttempt = (delivery: { readonly status: number | null; readonly error: string | null }) =>
-  delivery.error?.includes("not sent")
-    ? "not sent"
-    : delivery.error?.includes("lost")
-      ? "answer lost"
-      : `answered ${String(delivery.status ?? delivery.error)}`
+/**
+ * How a failed first attempt ended: never sent, its answer lost (with what the receiver had
+ * answered: a 2xx means it was stored), or the receiver's status.
+ */
+const firstAttempt = (delivery: { readonly status: number | null; readonly error: string | null }) => {
+  const lost = /answered (\S+), lost/.exec(delivery.error ?? "")
+  if (lost !== null) return `answer ${lost[1]} lost`
+  return delivery.error?.includes("not sent") ? "not sent" : `answered ${String(delivery.status ?? delivery.error)}`
+}
 
 /**
  * Each record's deliveries that took more than one attempt: the event type and how the first

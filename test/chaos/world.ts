@@ -84,7 +84,8 @@ export const makeActivity = (sandbox: SandboxService, rng: Rng, books: ReadonlyA
     sandbox.admin.addFault({
       kind: "webhook_fail",
       times: 1,
-      attempts: 2 + rng.int(3),
+      // the retry lands 6 or 11 s after the first attempt (the chaos retry schedule: 1, 2, 3, 5 s)
+      attempts: 3 + rng.int(2),
       reach: rng.chance(0.5) ? "none" : "receiver",
       ...rule
     } as never)
@@ -104,6 +105,22 @@ export const makeActivity = (sandbox: SandboxService, rng: Rng, books: ReadonlyA
       for (let i = 0; i < 100; i++) {
         const faults = await Effect.runPromise(sandbox.admin.faults)
         if ((faults.find((fault) => fault.id === id)?.fired ?? 1) > 0) return
+        await sleep(50)
+      }
+    })
+  const count = (recordId: string, type: string) =>
+    Effect.map(
+      sandbox.admin.messages({ eventType: type }),
+      (messages) => messages.filter((message) => message.record_id === recordId).length
+    )
+  /** Waits (bounded) until more than `before` `type` messages about the record exist, all with their snapshot. */
+  const announced = (recordId: string, type: string, before: number) =>
+    Effect.promise(async () => {
+      for (let i = 0; i < 200; i++) {
+        const messages = (await Effect.runPromise(sandbox.admin.messages({ eventType: type }))).filter(
+          (message) => message.record_id === recordId
+        )
+        if (messages.length > before && messages.every((message) => message.prepared_at !== null)) return
         await sleep(50)
       }
     })
@@ -134,35 +151,38 @@ export const makeActivity = (sandbox: SandboxService, rng: Rng, books: ReadonlyA
 
   const scenes: ReadonlyArray<readonly [string, (book: string) => Change]> = [
     [
-      // client.updated M1 fails at first; M2 (another field) is delivered; M1's retry lands after it.
+      // client.updated M1 fails at first; M2 (another field, a debounce window later) is delivered;
+      // M1's retry lands after it. The windows close on their own: the CRM never sends two
+      // client.updated of one client within a window, so their signed seconds never tie.
       "scene.client_update_retried",
       (book) =>
         Effect.flatMap(records("clients", book), (clients): Change => {
           const client = rng.pick(free(clients))
           if (client === undefined) return Effect.void
           reserve(client.id)
+          const tier = rng.pick(["A", "B", "C"])!
           return fail({ event: "client.updated", record: client.id }).pipe(
-            Effect.andThen(actions.updateClient(client.id, { tier: rng.pick(["A", "B", "C"])! })),
-            Effect.andThen(sandbox.admin.flushDebounce),
-            Effect.andThen(prepared(client.id)),
+            Effect.andThen(count(client.id, "client.updated")),
+            Effect.tap(() => actions.updateClient(client.id, { tier })),
+            Effect.flatMap((before) => announced(client.id, "client.updated", before)),
             Effect.andThen(
               Effect.suspend(() => actions.updateClient(client.id, { name: `Chaos Client renamed ${stamp()}` }))
-            ),
-            Effect.andThen(sandbox.admin.flushDebounce)
+            )
           )
         })
     ],
     [
       // client.created fails at first; the debounced client.updated goes out; the created retry lands after it.
       "scene.client_create_retried",
-      (book) =>
-        fail({ event: "client.created" }).pipe(
+      (book) => {
+        const tier = rng.pick(["A", "B", "C"])!
+        return fail({ event: "client.created" }).pipe(
           Effect.andThen(actions.createClient({ book_id: book, name: `Chaos Client ${stamp()}` })),
           Effect.tap((client) => Effect.sync(() => reserve(client.id))),
           Effect.tap((client) => prepared(client.id)),
-          Effect.flatMap((client) => actions.updateClient(client.id, { tier: rng.pick(["A", "B", "C"])! })),
-          Effect.andThen(sandbox.admin.flushDebounce)
+          Effect.flatMap((client) => actions.updateClient(client.id, { tier }))
         )
+      }
     ],
     [
       "scene.task_update_retried_after_delete",
