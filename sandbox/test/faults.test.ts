@@ -116,7 +116,7 @@ layer(sandboxLayer({ records: 2000, webhookRetrySchedule: [] }), { excludeTestSe
           const a = yield* fresh
           const meeting = yield* a.actions.createMeeting({ book_id: "bk_00000001", transcript: segment("first") })
           const path = `/v1/meetings/${meeting.id}/transcript`
-          yield* a.addFault({ kind: "latency", when: "after", ms: 1_000, path, times: 1 })
+          yield* a.addFault({ kind: "latency", when: "after", ms: 2_000, path, times: 1 })
           const used = Effect.map(a.rateLimits, (buckets) => buckets.find((b) => b.key.startsWith("token:"))?.used ?? 0)
           const before = yield* used
           const late = yield* Effect.forkChild(api(path))
@@ -124,7 +124,7 @@ layer(sandboxLayer({ records: 2000, webhookRetrySchedule: [] }), { excludeTestSe
           yield* Effect.gen(function* () {
             while ((yield* used) === before) yield* Effect.sleep("10 millis")
           }).pipe(Effect.timeout("5 seconds"))
-          yield* Effect.sleep("50 millis")
+          yield* Effect.sleep("200 millis")
           // the answer is on its way: the change that follows it is not in it
           yield* a.actions.setTranscript(meeting.id, segment("second"))
           const answer = yield* Fiber.join(late)
@@ -137,7 +137,7 @@ layer(sandboxLayer({ records: 2000, webhookRetrySchedule: [] }), { excludeTestSe
             ["second"]
           )
           const [entry] = yield* expectRequests(a, { path }, 2)
-          assert.deepStrictEqual(entry!.faults, ["latency_after:1000"])
+          assert.deepStrictEqual(entry!.faults, ["latency_after:2000"])
         })
       )
 

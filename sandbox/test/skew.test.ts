@@ -7,7 +7,7 @@ import { assert, describe, layer } from "@effect/vitest"
 import { Effect, Result } from "effect"
 import { resolveOptions } from "../src/Options.ts"
 import { Sandbox } from "../src/Sandbox.ts"
-import { startWebhookReceiver, verifyWebhook } from "../src/testing.ts"
+import { awaitDeliveries, startWebhookReceiver, verifyWebhook } from "../src/testing.ts"
 import { admin, api, sandboxLayer } from "./fixtures.ts"
 
 const SKEW_MS = -90_000
@@ -70,7 +70,8 @@ layer(sandboxLayer({ clockSkew: "-90s", webhookRetrySchedule: ["1s", "1s"] }), {
         const webhooks = yield* receiver.awaitReceived(2)
         const ids = yield* Effect.forEach(webhooks, (w) => Effect.map(verifyWebhook(secret, w), (p) => p.id))
         assert.deepStrictEqual(ids, [other!.id, target!.id])
-        const attempts = (yield* a.deliveries()).filter((d) => d.payload.includes(target!.id))
+        // the log has an attempt once its answer is in: four attempts, three of them the target's
+        const attempts = (yield* awaitDeliveries(a, { count: 4 })).filter((d) => d.payload.includes(target!.id))
         assert.deepStrictEqual(
           attempts.map((d) => [d.attempt, d.status, d.outcome, d.error]),
           [
@@ -102,7 +103,7 @@ layer(sandboxLayer({ clockSkew: "-90s", webhookRetrySchedule: ["1s", "1s"] }), {
         const webhooks = yield* receiver.awaitReceived(2)
         assert.strictEqual(webhooks[0]!.headers["hook-id"], webhooks[1]!.headers["hook-id"])
         assert.isAbove(Number(webhooks[1]!.headers["hook-timestamp"]), Number(webhooks[0]!.headers["hook-timestamp"]))
-        const attempts = yield* a.deliveries()
+        const attempts = yield* awaitDeliveries(a, { count: 2 })
         assert.deepStrictEqual(
           attempts.map((d) => [d.attempt, d.status, d.outcome]),
           [
