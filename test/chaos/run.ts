@@ -50,6 +50,19 @@ const endpoints = [
 const typedEventTypes = EVENT_TYPES.filter((type) => !(UntypedEventTypes as ReadonlyArray<string>).includes(type))
 
 const rng = makeRng(seed)
+/**
+ * One stream per loop, each from the seed, so that how the loops interleave (the operating
+ * system's timing) does not change what any of them draws: the users' changes, the faults, the
+ * firm's writes, the kills, the database's downtime, the backfill's life.
+ */
+const streams = {
+  activity: makeRng(seed + 1),
+  faults: makeRng(seed + 2),
+  outbox: makeRng(seed + 3),
+  kills: makeRng(seed + 4),
+  database: makeRng(seed + 5),
+  backfill: makeRng(seed + 6)
+}
 /** The CRM's clock against crm-sync's: up to 2 minutes either way (the intake accepts 5). */
 const clockSkewMs = rng.int(240_001) - 120_000
 console.log(`chaos: the CRM's clock runs ${(clockSkewMs / 1000).toFixed(3)} s ${clockSkewMs < 0 ? "behind" : "ahead"}`)
@@ -180,11 +193,11 @@ if (!subscribed.ok) throw new Error(`subscribe: ${subscribed.status}`)
 // --- the run ---------------------------------------------------------------------------------
 startedAt = Date.now()
 const until = startedAt + durationMs
-const activity = makeActivity(sandbox, rng, books)
+const activity = makeActivity(sandbox, streams.activity, books)
 const outboxRows: Array<{ id: number; valid: boolean; marker: string; operation: string }> = []
 
 const insertOutbox = async (n: number) => {
-  const row = outboxRow(rng, books, `Chaos-${seed}-${n}`)
+  const row = outboxRow(streams.outbox, books, `Chaos-${seed}-${n}`)
   const client = database.client()
   try {
     await client.connect()
@@ -210,14 +223,14 @@ const loops = [
   (async () => {
     while (Date.now() < until) {
       await activity.step()
-      await sleep(100 + rng.int(150))
+      await sleep(100 + streams.activity.int(150))
     }
   })(),
   // Faults.
   (async () => {
     while (Date.now() < until) {
-      await sleep(2_000 + rng.int(3_000))
-      const fault = randomFault(rng)
+      await sleep(2_000 + streams.faults.int(3_000))
+      const fault = randomFault(streams.faults)
       const added = await run(Effect.result(admin.addFault(fault as never)))
       if (added._tag === "Success") figures.faults! += 1
     }
@@ -226,22 +239,22 @@ const loops = [
   (async () => {
     let n = 0
     while (Date.now() < until) {
-      await sleep(500 + rng.int(1_000))
+      await sleep(500 + streams.outbox.int(1_000))
       await insertOutbox(n++)
     }
   })(),
   // Kills.
   (async () => {
     while (Date.now() < until) {
-      await sleep(3_000 + rng.int(4_000))
+      await sleep(3_000 + streams.kills.int(4_000))
       if (Date.now() >= until) break
-      const victim = replicas.replicas[rng.int(replicas.replicas.length)]!
+      const victim = replicas.replicas[streams.kills.int(replicas.replicas.length)]!
       if (victim.process === undefined) continue
       killedAt.push(Date.now())
       await replicas.kill(victim)
       log(`replica ${victim.index} killed`)
       figures.kills! += 1
-      await sleep(300 + rng.int(2_000))
+      await sleep(300 + streams.kills.int(2_000))
       replicas.start(victim)
       figures.restarts! += 1
     }
@@ -250,7 +263,7 @@ const loops = [
   (async () => {
     await sleep(durationMs * 0.45)
     log("PostgreSQL: stop")
-    await database.restart(2_000 + rng.int(3_000))
+    await database.restart(2_000 + streams.database.int(3_000))
     figures.database_restarts! += 1
     log("PostgreSQL: started again")
   })(),
@@ -258,7 +271,7 @@ const loops = [
   (async () => {
     await sleep(durationMs * 0.2)
     const backfill = command(["backfill"], env, join(logDir, "backfill.log"))
-    await sleep(3_000 + rng.int(3_000))
+    await sleep(3_000 + streams.backfill.int(3_000))
     backfill.kill("SIGKILL")
     await exited(backfill)
     figures.backfill_killed = 1
