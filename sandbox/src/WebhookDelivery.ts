@@ -164,6 +164,8 @@ const deliver = Effect.fnUntraced(function* (deps: WebhookDeps, message: Message
 /** A message held back by `webhook_reorder`, sent right after the next one (or on release). */
 interface Held {
   message: Message | undefined
+  /** The `webhook_fail` fault the held message drew, which still applies when it goes. */
+  fail: Failing
 }
 
 /** One message taken from the endpoint's queue, with the delivery faults that apply to it. */
@@ -186,6 +188,7 @@ const deliverWithFaults = Effect.fnUntraced(function* (
   }
   if (applied.some((fault) => fault.kind === "webhook_reorder") && held.message === undefined) {
     held.message = message
+    held.fail = fail
     yield* deps.background(
       Effect.andThen(
         Effect.sleep(Duration.millis(deps.options.webhookReorderHoldMs)),
@@ -199,21 +202,21 @@ const deliverWithFaults = Effect.fnUntraced(function* (
   if (held.message !== undefined) {
     const release = held.message
     held.message = undefined
-    yield* deliver(deps, release, endpoint)
+    yield* deliver(deps, release, endpoint, held.fail)
   }
 })
 
 /** Starts the endpoint's worker: its queue, served in order by one fiber. */
 export const startWorker = Effect.fnUntraced(function* (deps: WebhookDeps, endpoint: Endpoint) {
   const queue = yield* Queue.unbounded<EndpointItem>()
-  const held: Held = { message: undefined }
+  const held: Held = { message: undefined, fail: undefined }
   const step = Effect.gen(function* () {
     const item = yield* Queue.take(queue)
     if (item.kind === "deliver") return yield* deliverWithFaults(deps, endpoint, queue, held, item.message)
     // the hold ran out before a next message came
     if (held.message === item.message) {
       held.message = undefined
-      yield* deliver(deps, item.message, endpoint)
+      yield* deliver(deps, item.message, endpoint, held.fail)
     }
   })
   const fiber = yield* deps.background(Effect.forever(step.pipe(keepGoing("delivery"))))

@@ -87,6 +87,28 @@ layer(sandboxLayer({ clockSkew: "-90s", webhookRetrySchedule: ["1s", "1s"] }), {
       })
     )
 
+    it.effect("webhook_fail with webhook_reorder: the held delivery still fails its first attempt", () =>
+      Effect.gen(function* () {
+        const { a, receiver, secret } = yield* subscribed
+        yield* a.addFault({ kind: "webhook_reorder", event: "note.created", times: 1 })
+        yield* a.addFault({ kind: "webhook_fail", event: "note.created", times: 1 })
+        const note = yield* a.actions.createNote({ parent_type: "household", parent_id: "hh_00000001", content: "1st" })
+        const task = yield* a.actions.createTask({ book_id: "bk_00000001", title: "2nd" })
+        const webhooks = yield* receiver.awaitReceived(2)
+        const ids = yield* Effect.forEach(webhooks, (w) => Effect.map(verifyWebhook(secret, w), (p) => p.id))
+        assert.deepStrictEqual(ids, [task.id, note.id])
+        const attempts = yield* awaitDeliveries(a, { count: 3 })
+        assert.deepStrictEqual(
+          attempts.map((d) => [d.event_type, d.attempt, d.status]),
+          [
+            ["task.created", 1, 204],
+            ["note.created", 1, 503],
+            ["note.created", 2, 204]
+          ]
+        )
+      })
+    )
+
     it.effect("webhook_fail reach receiver: every attempt arrives, the answer of the first is lost", () =>
       Effect.gen(function* () {
         const { a, receiver } = yield* subscribed
