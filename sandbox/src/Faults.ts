@@ -20,6 +20,8 @@ const Common = {
   path: Schema.optionalKey(Schema.String),
   /** Event-type glob for webhook faults (`task.*`). Default: every event. */
   event: Schema.optionalKey(Schema.String),
+  /** Webhook faults: only deliveries of events about this record id. Default: every record. */
+  record: Schema.optionalKey(Schema.String),
   /** Chance that a matching request is affected (default 1). */
   probability: Schema.optionalKey(Schema.Number.check(Schema.isBetween({ minimum: 0, maximum: 1 }))),
   /** Affect at most this many requests ("the next N requests"). Default: unlimited. */
@@ -46,13 +48,14 @@ export const FaultRuleInput = Schema.Union([
     ...Common
   }),
   /**
-   * Added latency: `before` the request is handled (default), or `inside` its handling, once an
-   * idempotent write holds its key (a repeat with the key meanwhile gets 409) and before it commits.
+   * Added latency: `before` the request is handled (default), `inside` its handling, once an
+   * idempotent write holds its key (a repeat with the key meanwhile gets 409) and before it commits,
+   * or `after` it: the answer is what the records were when the request arrived, sent late.
    */
   Schema.Struct({
     kind: Schema.Literal("latency"),
     ms: Schema.Int.check(Schema.isGreaterThanOrEqualTo(0)),
-    when: Schema.optionalKey(Schema.Literals(["before", "inside"])),
+    when: Schema.optionalKey(Schema.Literals(["before", "inside", "after"])),
     ...Common
   }),
   /** TCP reset: `before` the handler runs, or `after` it committed its write. */
@@ -81,7 +84,20 @@ export const FaultRuleInput = Schema.Union([
     ...Common
   }),
   /** The delivery waits until the next delivery to the same endpoint has gone. */
-  Schema.Struct({ kind: Schema.Literal("webhook_reorder"), ...Common })
+  Schema.Struct({ kind: Schema.Literal("webhook_reorder"), ...Common }),
+  /**
+   * The first `attempts` attempts of the delivery fail with `status` (default 503), and it is
+   * retried along the schedule, each attempt signed at its own time. `reach: "none"` (default):
+   * a failed attempt is never sent (it never reached the receiver); `"receiver"`: it is sent and
+   * the receiver's answer is lost (recorded as `status`), so the retry is a repeat.
+   */
+  Schema.Struct({
+    kind: Schema.Literal("webhook_fail"),
+    status: Schema.optionalKey(Schema.Int.check(Schema.isBetween({ minimum: 400, maximum: 599 }))),
+    attempts: Schema.optionalKey(Schema.Int.check(Schema.isGreaterThanOrEqualTo(1))),
+    reach: Schema.optionalKey(Schema.Literals(["none", "receiver"])),
+    ...Common
+  })
 ])
 export type FaultRuleInput = typeof FaultRuleInput.Type
 
@@ -114,8 +130,8 @@ export class SandboxFaults extends Context.Service<
     readonly clear: Effect.Effect<void>
     /** The HTTP faults to apply to this request, in the order the rules were added. */
     forRequest(method: string, path: string): Effect.Effect<ReadonlyArray<HttpFault>>
-    /** The webhook faults to apply to one delivery of this event type. */
-    forDelivery(eventType: string): Effect.Effect<ReadonlyArray<WebhookFault>>
+    /** The webhook faults to apply to one delivery of this event type (about this record). */
+    forDelivery(eventType: string, recordId?: string): Effect.Effect<ReadonlyArray<WebhookFault>>
   }
 >()("crm-sync/sandbox/SandboxFaults") {
   static readonly layer = Layer.effect(
@@ -174,13 +190,14 @@ export class SandboxFaults extends Context.Service<
               )
               .map((state) => snapshot(state) as HttpFault)
           ),
-        forDelivery: (eventType) =>
+        forDelivery: (eventType, recordId) =>
           Effect.sync(() =>
             rules
               .filter(
                 (state) =>
                   isWebhookKind(state.rule.kind) &&
                   (state.rule.event === undefined || globMatches(state.rule.event, eventType)) &&
+                  (state.rule.record === undefined || state.rule.record === recordId) &&
                   decide(state)
               )
               .map((state) => snapshot(state) as WebhookFault)

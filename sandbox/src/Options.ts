@@ -61,6 +61,12 @@ export interface SandboxOptions {
   readonly webhookReorderHold?: DurationInput
   /** When set, the admin API requires `Authorization: Bearer <adminToken>`. */
   readonly adminToken?: string
+  /**
+   * How far the CRM's own clock runs ahead of the machine's (default 0): every timestamp the
+   * sandbox writes and the time it signs deliveries with. A leading `-` puts it behind (`-90s`);
+   * a number is milliseconds.
+   */
+  readonly clockSkew?: DurationInput
   /** Entries kept in the request log and in the delivery log (default 10000 each). */
   readonly logSize?: number
   /** Header that overrides the client IP for the IP bucket; `false` disables it. */
@@ -93,6 +99,7 @@ export interface ResolvedOptions {
   readonly webhookPrepareDelayMs: number
   readonly webhookReorderHoldMs: number
   readonly adminToken: string | undefined
+  readonly clockSkewMs: number
   readonly logSize: number
   readonly clientIpHeader: string | undefined
   readonly companies: number
@@ -147,6 +154,20 @@ const integerOf = Effect.fnUntraced(function* (
   return result
 })
 
+/** A signed duration: `-90s` is 90 seconds behind; a number is milliseconds, negative or not. */
+const signedMillisOf = Effect.fnUntraced(function* (input: DurationInput | undefined, option: string) {
+  if (typeof input === "number") {
+    if (!Number.isFinite(input)) {
+      return yield* new SandboxOptionsError({ option, message: `invalid duration ${String(input)}` })
+    }
+    return Math.trunc(input)
+  }
+  if (typeof input === "string" && input.trim().startsWith("-")) {
+    return -(yield* millisOf(input.trim().slice(1), 0, option))
+  }
+  return yield* millisOf(input, 0, option)
+})
+
 /** Applies the defaults and checks every option. */
 export const resolveOptions = Effect.fn("SandboxOptions.resolve")(function* (options: SandboxOptions = {}) {
   const retrySchedule: Array<number> = []
@@ -176,6 +197,7 @@ export const resolveOptions = Effect.fn("SandboxOptions.resolve")(function* (opt
     webhookPrepareDelayMs: yield* millisOf(options.webhookPrepareDelay, 0, "webhookPrepareDelay"),
     webhookReorderHoldMs: yield* millisOf(options.webhookReorderHold, "2 seconds", "webhookReorderHold"),
     adminToken: options.adminToken,
+    clockSkewMs: yield* signedMillisOf(options.clockSkew, "clockSkew"),
     logSize: yield* integerOf(options.logSize, 10_000, "logSize"),
     clientIpHeader:
       options.clientIpHeader === false ? undefined : (options.clientIpHeader ?? "x-sandbox-client-ip").toLowerCase(),

@@ -4,16 +4,19 @@
  * idempotency keys, rate windows and debounce windows without waiting. The clock is captured once,
  * so an admin call made from a test fiber reads the same time as the server. Listeners are told
  * when the offset moves, so timers keyed to sandbox time (the `client.updated` debounce) fire at
- * once instead of at their real-time deadline.
+ * once instead of at their real-time deadline. The `clockSkew` option shifts both: the CRM's
+ * machine clock runs ahead of (or behind) crm-sync's by that much, in the timestamps it writes
+ * and in the time it signs deliveries with.
  */
-import { Clock, Context, DateTime, Effect, Layer } from "effect"
+import { Clock, Context, DateTime, Effect, Layer, Option } from "effect"
+import { SandboxConfig } from "./Options.ts"
 
 export class SandboxClock extends Context.Service<
   SandboxClock,
   {
     /** Sandbox time in epoch milliseconds. */
     readonly now: Effect.Effect<number>
-    /** The underlying clock without the offset (what other machines' clocks say). */
+    /** The CRM machine's clock: the underlying clock plus the skew, without the offset. */
     readonly wallNow: Effect.Effect<number>
     readonly offsetMs: Effect.Effect<number>
     /** Moves sandbox time forward (never backwards) and notifies listeners. */
@@ -27,9 +30,12 @@ export class SandboxClock extends Context.Service<
     SandboxClock,
     Effect.gen(function* () {
       const clock = yield* Clock.Clock
+      const config = yield* Effect.serviceOption(SandboxConfig)
+      const skew = Option.isSome(config) ? config.value.clockSkewMs : 0
       let offset = 0
       const listeners: Array<Effect.Effect<void>> = []
-      const now = Effect.sync(() => clock.currentTimeMillisUnsafe() + offset)
+      const wall = () => clock.currentTimeMillisUnsafe() + skew
+      const now = Effect.sync(() => wall() + offset)
       const advance = Effect.fn("SandboxClock.advance")(function* (ms: number) {
         offset += Math.max(0, ms)
         for (const listener of listeners) yield* listener
@@ -37,7 +43,7 @@ export class SandboxClock extends Context.Service<
       })
       return SandboxClock.of({
         now,
-        wallNow: Effect.sync(() => clock.currentTimeMillisUnsafe()),
+        wallNow: Effect.sync(wall),
         offsetMs: Effect.sync(() => offset),
         advance,
         onAdvance: (listener) => Effect.sync(() => void listeners.push(listener)),

@@ -162,11 +162,15 @@ const firstFault = <K extends HttpFault["kind"]>(fired: ReadonlyArray<HttpFault>
       fault.kind === kind && (when === undefined || ("when" in fault ? (fault.when ?? "before") : "before") === when)
   )
 
-/** Latency faults outside the handler, one after the other. */
-const sleepLatency = Effect.fnUntraced(function* (fired: ReadonlyArray<HttpFault>, trace: Trace) {
+/** Latency faults outside the handler (`before` it, or `after` it has answered), one after the other. */
+const sleepLatency = Effect.fnUntraced(function* (
+  fired: ReadonlyArray<HttpFault>,
+  trace: Trace,
+  when: "before" | "after"
+) {
   for (const fault of fired) {
-    if (fault.kind !== "latency" || fault.when === "inside") continue
-    trace.faults.push(`latency:${fault.ms}`)
+    if (fault.kind !== "latency" || (fault.when ?? "before") !== when) continue
+    trace.faults.push(when === "after" ? `latency_after:${fault.ms}` : `latency:${fault.ms}`)
     yield* Effect.sleep(Duration.millis(fault.ms))
   }
 })
@@ -407,8 +411,9 @@ const serve = (pipeline: Pipeline, incoming: Incoming, requestId: string) =>
     const ip = clientIp(pipeline.options, incoming.request)
     const fired = yield* pipeline.faults.forRequest(incoming.method, incoming.path)
     const trace: Trace = { credential: undefined, rateLimited: null, replayed: false, faults: [] }
-    yield* sleepLatency(fired, trace)
+    yield* sleepLatency(fired, trace, "before")
     const outcome = yield* answer(pipeline, incoming, ip, fired, trace)
+    yield* sleepLatency(fired, trace, "after")
     const { status, response } = render(outcome, fired, trace, requestId)
     yield* logRequest(pipeline, incoming, { at, startedMs, ip, status }, trace)
     return response

@@ -2,13 +2,14 @@
  * Delivery of submitted webhook messages (spec §6): one preparation fiber builds each message's
  * snapshot in submission order, once its preparation delay has passed, and hands it to one worker
  * per endpoint, which delivers in that order and retries non-2xx answers along the configured
- * schedule. Webhook faults act here: delay, reorder (a message held back until after the next)
- * and duplicate. A reset bumps the generation, and messages of an older one are dropped.
+ * schedule. Webhook faults act here: delay, reorder (a message held back until after the next),
+ * duplicate, and fail (the first attempts fail, unsent or with their answer lost). A reset bumps the generation, and messages of an older one are dropped.
  */
 import { Cause, Duration, Effect, Queue } from "effect"
 import type { World } from "./Generator.ts"
 import { iso } from "./SandboxClock.ts"
 import { clientApi, meetingSnapshot, noteApi, prospectApi, taskApi } from "./Serializers.ts"
+import type { WebhookFault } from "./Faults.ts"
 import type { SendResult } from "./WebhookSender.ts"
 import type { DeliveryRecord, Endpoint, EndpointItem, Message, WebhookDeps } from "./Webhooks.ts"
 
@@ -96,24 +97,57 @@ const record = (
   return delivered
 }
 
+type Failing = Extract<WebhookFault, { readonly kind: "webhook_fail" }> | undefined
+
+/** What a `webhook_fail` fault makes of attempt `n`: unsent, or sent with its answer lost. */
+const failed = Effect.fnUntraced(function* (
+  deps: WebhookDeps,
+  fault: NonNullable<Failing>,
+  send: Effect.Effect<SendResult>
+) {
+  const status = fault.status ?? 503
+  if (fault.reach === "receiver") {
+    const result = yield* send
+    return { ...result, status, error: `webhook_fail fault: the receiver answered ${String(result.status)}, lost` }
+  }
+  const sentAt = yield* deps.clock.wallNow
+  const result: SendResult = {
+    status,
+    error: "webhook_fail fault: not sent",
+    headers: {},
+    responseBody: null,
+    durationMs: 0,
+    sentAt
+  }
+  return result
+})
+
 /** Attempt `n`; true when delivered, or when a reset made the message moot. */
-const attempt = (deps: WebhookDeps, message: Message, endpoint: Endpoint, n: number, duplicate = false) =>
+const attempt = (
+  deps: WebhookDeps,
+  message: Message,
+  endpoint: Endpoint,
+  n: number,
+  duplicate = false,
+  fail?: Failing
+) =>
   Effect.gen(function* () {
     if (message.generation !== deps.state.generation) return true
-    const result = yield* deps.sender.send({
+    const send = deps.sender.send({
       url: endpoint.url,
       secret: endpoint.secret,
       messageId: message.record.id,
       payload: message.record.payload ?? ""
     })
+    const result = fail !== undefined && n <= (fail.attempts ?? 1) ? yield* failed(deps, fail, send) : yield* send
     // a reset while the request was in flight: its outcome belongs to the old log
     if (message.generation !== deps.state.generation) return true
     return record(deps, message, endpoint, { n, duplicate }, result)
   })
 
 /** First attempt now; later attempts in the background along the retry schedule. */
-const deliver = Effect.fnUntraced(function* (deps: WebhookDeps, message: Message, endpoint: Endpoint) {
-  const delivered = yield* attempt(deps, message, endpoint, 1)
+const deliver = Effect.fnUntraced(function* (deps: WebhookDeps, message: Message, endpoint: Endpoint, fail?: Failing) {
+  const delivered = yield* attempt(deps, message, endpoint, 1, false, fail)
   const schedule = deps.options.webhookRetryScheduleMs
   if (delivered || schedule.length === 0) return
   yield* deps.background(
@@ -121,7 +155,7 @@ const deliver = Effect.fnUntraced(function* (deps: WebhookDeps, message: Message
       for (const [i, delay] of schedule.entries()) {
         yield* Effect.sleep(Duration.millis(delay))
         if (!deps.state.endpoints.has(endpoint.id)) return
-        if (yield* attempt(deps, message, endpoint, i + 2)) return
+        if (yield* attempt(deps, message, endpoint, i + 2, false, fail)) return
       }
     })
   )
@@ -130,6 +164,8 @@ const deliver = Effect.fnUntraced(function* (deps: WebhookDeps, message: Message
 /** A message held back by `webhook_reorder`, sent right after the next one (or on release). */
 interface Held {
   message: Message | undefined
+  /** The `webhook_fail` fault the held message drew, which still applies when it goes. */
+  fail: Failing
 }
 
 /** One message taken from the endpoint's queue, with the delivery faults that apply to it. */
@@ -141,14 +177,18 @@ const deliverWithFaults = Effect.fnUntraced(function* (
   message: Message
 ) {
   if (message.generation !== deps.state.generation) return
-  const applied = yield* deps.faults.forDelivery(message.record.event_type)
+  const applied = yield* deps.faults.forDelivery(message.record.event_type, message.record.record_id)
+  const fail = applied.find((fault) => fault.kind === "webhook_fail") as Failing
   const delay = applied.find((fault) => fault.kind === "webhook_delay")
   if (delay !== undefined && delay.kind === "webhook_delay") {
-    yield* deps.background(Effect.andThen(Effect.sleep(Duration.millis(delay.ms)), deliver(deps, message, endpoint)))
+    yield* deps.background(
+      Effect.andThen(Effect.sleep(Duration.millis(delay.ms)), deliver(deps, message, endpoint, fail))
+    )
     return
   }
   if (applied.some((fault) => fault.kind === "webhook_reorder") && held.message === undefined) {
     held.message = message
+    held.fail = fail
     yield* deps.background(
       Effect.andThen(
         Effect.sleep(Duration.millis(deps.options.webhookReorderHoldMs)),
@@ -157,26 +197,26 @@ const deliverWithFaults = Effect.fnUntraced(function* (
     )
     return
   }
-  yield* deliver(deps, message, endpoint)
+  yield* deliver(deps, message, endpoint, fail)
   if (applied.some((fault) => fault.kind === "webhook_duplicate")) yield* attempt(deps, message, endpoint, 1, true)
   if (held.message !== undefined) {
     const release = held.message
     held.message = undefined
-    yield* deliver(deps, release, endpoint)
+    yield* deliver(deps, release, endpoint, held.fail)
   }
 })
 
 /** Starts the endpoint's worker: its queue, served in order by one fiber. */
 export const startWorker = Effect.fnUntraced(function* (deps: WebhookDeps, endpoint: Endpoint) {
   const queue = yield* Queue.unbounded<EndpointItem>()
-  const held: Held = { message: undefined }
+  const held: Held = { message: undefined, fail: undefined }
   const step = Effect.gen(function* () {
     const item = yield* Queue.take(queue)
     if (item.kind === "deliver") return yield* deliverWithFaults(deps, endpoint, queue, held, item.message)
     // the hold ran out before a next message came
     if (held.message === item.message) {
       held.message = undefined
-      yield* deliver(deps, item.message, endpoint)
+      yield* deliver(deps, item.message, endpoint, held.fail)
     }
   })
   const fiber = yield* deps.background(Effect.forever(step.pipe(keepGoing("delivery"))))

@@ -5,7 +5,7 @@
  * way for the same seed.
  */
 import { assert, describe, layer } from "@effect/vitest"
-import { Effect, Result } from "effect"
+import { Effect, Fiber, Result } from "effect"
 import { Sandbox } from "../src/Sandbox.ts"
 import { expectRequests, startWebhookReceiver, verifyWebhook } from "../src/testing.ts"
 import { admin, api, sandboxLayer } from "./fixtures.ts"
@@ -14,6 +14,11 @@ const fresh = Effect.gen(function* () {
   const a = yield* admin
   yield* a.reset
   return a
+})
+
+/** A transcript of one segment saying `text`. */
+const segment = (text: string) => ({
+  segments: [{ text, participant: { name: "A" }, start_timestamp: "00:00:01", end_timestamp: "00:00:02" }]
 })
 
 /** Crawls a list page by page; the ids in the order seen. */
@@ -103,6 +108,36 @@ layer(sandboxLayer({ records: 2000, webhookRetrySchedule: [] }), { excludeTestSe
           const [entry] = yield* expectRequests(a, { path: "/v1/me" }, 1)
           assert.deepStrictEqual(entry!.faults, ["latency:120"])
           assert.isAtLeast(entry!.duration_ms, 120)
+        })
+      )
+
+      it.effect("faults: latency after the handler sends what was true when the request arrived", () =>
+        Effect.gen(function* () {
+          const a = yield* fresh
+          const meeting = yield* a.actions.createMeeting({ book_id: "bk_00000001", transcript: segment("first") })
+          const path = `/v1/meetings/${meeting.id}/transcript`
+          yield* a.addFault({ kind: "latency", when: "after", ms: 2_000, path, times: 1 })
+          const used = Effect.map(a.rateLimits, (buckets) => buckets.find((b) => b.key.startsWith("token:"))?.used ?? 0)
+          const before = yield* used
+          const late = yield* Effect.forkChild(api(path))
+          // the request has passed its rate limit, and so reached its (in-memory) handler
+          yield* Effect.gen(function* () {
+            while ((yield* used) === before) yield* Effect.sleep("10 millis")
+          }).pipe(Effect.timeout("5 seconds"))
+          yield* Effect.sleep("200 millis")
+          // the answer is on its way: the change that follows it is not in it
+          yield* a.actions.setTranscript(meeting.id, segment("second"))
+          const answer = yield* Fiber.join(late)
+          assert.deepStrictEqual(
+            answer.json.transcript.map((s: { text: string }) => s.text),
+            ["first"]
+          )
+          assert.deepStrictEqual(
+            (yield* api(path)).json.transcript.map((s: { text: string }) => s.text),
+            ["second"]
+          )
+          const [entry] = yield* expectRequests(a, { path }, 2)
+          assert.deepStrictEqual(entry!.faults, ["latency_after:2000"])
         })
       )
 

@@ -50,13 +50,36 @@ const endpoints = [
 const typedEventTypes = EVENT_TYPES.filter((type) => !(UntypedEventTypes as ReadonlyArray<string>).includes(type))
 
 const rng = makeRng(seed)
+/**
+ * One stream per loop, each from the seed, so that how the loops interleave (the operating
+ * system's timing) does not change what any of them draws: the users' changes, the faults, the
+ * firm's writes, the kills, the database's downtime, the backfill's life.
+ */
+const streams = {
+  activity: makeRng(seed + 1),
+  faults: makeRng(seed + 2),
+  outbox: makeRng(seed + 3),
+  kills: makeRng(seed + 4),
+  database: makeRng(seed + 5),
+  backfill: makeRng(seed + 6)
+}
+/** The CRM's clock against crm-sync's: up to 2 minutes either way (the intake accepts 5). */
+const clockSkewMs = rng.int(240_001) - 120_000
+console.log(`chaos: the CRM's clock runs ${(clockSkewMs / 1000).toFixed(3)} s ${clockSkewMs < 0 ? "behind" : "ahead"}`)
 const dir = mkdtempSync(join(tmpdir(), "crm-sync-chaos-"))
 const logDir = join(dir, "logs")
 mkdirSync(logDir)
 const durationMs = minutes * 60_000
-/** When each replica was killed (this process's clock, as the sandbox's request log uses). */
+/** When each replica was killed (this process's clock; the sandbox's request log is `clockSkewMs` off it). */
 const killedAt: Array<number> = []
-const figures: Record<string, number> = { kills: 0, restarts: 0, database_restarts: 0, faults: 0, outbox_rows: 0 }
+const figures: Record<string, number> = {
+  clock_skew_ms: clockSkewMs,
+  kills: 0,
+  restarts: 0,
+  database_restarts: 0,
+  faults: 0,
+  outbox_rows: 0
+}
 const log = (line: string) => console.log(`chaos ${((Date.now() - startedAt) / 1000).toFixed(1)}s: ${line}`)
 let startedAt = Date.now()
 
@@ -82,7 +105,8 @@ const sandboxContext = await Effect.runPromise(
         "20 seconds",
         "30 seconds"
       ],
-      webhookReorderHold: "1 second"
+      webhookReorderHold: "1 second",
+      clockSkew: clockSkewMs
     }),
     scope
   )
@@ -169,11 +193,11 @@ if (!subscribed.ok) throw new Error(`subscribe: ${subscribed.status}`)
 // --- the run ---------------------------------------------------------------------------------
 startedAt = Date.now()
 const until = startedAt + durationMs
-const activity = makeActivity(sandbox, rng, books)
+const activity = makeActivity(sandbox, streams.activity, books)
 const outboxRows: Array<{ id: number; valid: boolean; marker: string; operation: string }> = []
 
 const insertOutbox = async (n: number) => {
-  const row = outboxRow(rng, books, `Chaos-${seed}-${n}`)
+  const row = outboxRow(streams.outbox, books, `Chaos-${seed}-${n}`)
   const client = database.client()
   try {
     await client.connect()
@@ -199,14 +223,14 @@ const loops = [
   (async () => {
     while (Date.now() < until) {
       await activity.step()
-      await sleep(100 + rng.int(150))
+      await sleep(100 + streams.activity.int(150))
     }
   })(),
   // Faults.
   (async () => {
     while (Date.now() < until) {
-      await sleep(2_000 + rng.int(3_000))
-      const fault = randomFault(rng)
+      await sleep(2_000 + streams.faults.int(3_000))
+      const fault = randomFault(streams.faults)
       const added = await run(Effect.result(admin.addFault(fault as never)))
       if (added._tag === "Success") figures.faults! += 1
     }
@@ -215,22 +239,22 @@ const loops = [
   (async () => {
     let n = 0
     while (Date.now() < until) {
-      await sleep(500 + rng.int(1_000))
+      await sleep(500 + streams.outbox.int(1_000))
       await insertOutbox(n++)
     }
   })(),
   // Kills.
   (async () => {
     while (Date.now() < until) {
-      await sleep(3_000 + rng.int(4_000))
+      await sleep(3_000 + streams.kills.int(4_000))
       if (Date.now() >= until) break
-      const victim = replicas.replicas[rng.int(replicas.replicas.length)]!
+      const victim = replicas.replicas[streams.kills.int(replicas.replicas.length)]!
       if (victim.process === undefined) continue
       killedAt.push(Date.now())
       await replicas.kill(victim)
       log(`replica ${victim.index} killed`)
       figures.kills! += 1
-      await sleep(300 + rng.int(2_000))
+      await sleep(300 + streams.kills.int(2_000))
       replicas.start(victim)
       figures.restarts! += 1
     }
@@ -239,7 +263,7 @@ const loops = [
   (async () => {
     await sleep(durationMs * 0.45)
     log("PostgreSQL: stop")
-    await database.restart(2_000 + rng.int(3_000))
+    await database.restart(2_000 + streams.database.int(3_000))
     figures.database_restarts! += 1
     log("PostgreSQL: started again")
   })(),
@@ -247,7 +271,7 @@ const loops = [
   (async () => {
     await sleep(durationMs * 0.2)
     const backfill = command(["backfill"], env, join(logDir, "backfill.log"))
-    await sleep(3_000 + rng.int(3_000))
+    await sleep(3_000 + streams.backfill.int(3_000))
     backfill.kill("SIGKILL")
     await exited(backfill)
     figures.backfill_killed = 1
@@ -259,6 +283,10 @@ figures.outbox_rows = outboxRows.length
 log(`faults and activity stop (${Object.values(activity.counts).reduce((a, b) => a + b, 0)} changes)`)
 
 // --- settling --------------------------------------------------------------------------------
+// How many first reads of a transcript changed twice were caught and answered late (world.ts).
+figures.transcript_reads_answered_late = (await run(admin.faults)).filter(
+  (fault) => fault.id.startsWith("late-transcript-") && fault.fired > 0
+).length
 await run(admin.clearFaults)
 for (const replica of replicas.replicas) if (replica.process === undefined) replicas.start(replica)
 await replicas.ready(60_000)
@@ -266,7 +294,7 @@ await run(admin.flushDebounce)
 const settled = await waitForQuiet()
 log(settled ? "deliveries and outbox settled" : "deliveries or outbox did NOT settle within the bound")
 // What the events did on their own, before anything repairs it.
-const beforeReconcile = await judgeEvents(sandbox, warehouseQuery(database))
+const beforeReconcile = await judgeEvents(sandbox, warehouseQuery(database), activity.silent())
 log(`events judged before the reconciliation: ${beforeReconcile.mismatches.length} mismatch(es)`)
 // One reconciliation, as a firm's nightly job would run it.
 const reconcile = command(["reconcile"], env, join(logDir, "reconcile.log"))
@@ -276,6 +304,7 @@ log(`crm-sync reconcile exited ${reconcileCode}`)
 const verdict = await judge({
   sandbox,
   killedAt,
+  clockSkewMs,
   database,
   token: grant.access_token,
   outboxRows,
@@ -301,6 +330,12 @@ const all = {
   ...figures,
   changes: Object.values(activity.counts).reduce((a, b) => a + b, 0),
   changes_refused: activity.refused(),
+  // The scenes of world.ts, each a known hazard for one record.
+  ...Object.fromEntries(
+    Object.entries(activity.counts)
+      .filter(([name]) => name.startsWith("scene."))
+      .map(([name, count]) => [name.replace("scene.", "scene_"), count])
+  ),
   webhook_proxy_502: balancer.figures().failed,
   reconcile_exit: reconcileCode ?? -1,
   ...verdict.figures,

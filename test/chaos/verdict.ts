@@ -2,8 +2,10 @@
  * The verdict of a chaos run, once everything has settled: the warehouse against the sandbox's own
  * truth, field by field (`deleted_at` included); every delivery the sandbox saw answered 2xx in the
  * inbox once and applied; every outbox row settled, every valid one created exactly once; no
- * request over a bucket's limit (a 429 no fault caused); no secret in any log. Returns the
- * mismatches (empty: the run passed) and the figures.
+ * request over a bucket's limit (a 429 no fault caused); no secret in any log; every live meeting's
+ * stored transcript the CRM's current one, and none of a deleted meeting or a hidden transcript
+ * in `crm.current_meeting_transcripts`. Returns the mismatches (empty: the run passed), one line
+ * each with its reason, and the figures.
  */
 import { PgClient } from "@effect/sql-pg"
 import { Effect, Layer, Redacted } from "effect"
@@ -18,6 +20,8 @@ export interface VerdictInput {
   readonly sandbox: Sandbox["Service"]
   /** When replicas were killed (epoch ms): a 429 its receiver died with can reach nobody. */
   readonly killedAt: ReadonlyArray<number>
+  /** How far the sandbox's clock (its request log) runs ahead of this process's. */
+  readonly clockSkewMs: number
   readonly database: Database
   readonly token: string
   readonly books: ReadonlyArray<string>
@@ -88,11 +92,21 @@ export const warehouseQuery =
  * was sent about, against the sandbox's own record now. Run before the reconciliation too, so that
  * what the events did on their own is judged, not only what the reconciliation repaired.
  */
-export const judgeEvents = async (sandbox: Sandbox["Service"], query: Query) => {
+export const judgeEvents = async (
+  sandbox: Sandbox["Service"],
+  query: Query,
+  /** Meetings changed without an event (a hidden transcript): left to the reconciliation. */
+  silent: ReadonlySet<string> = new Set()
+) => {
   const admin = sandbox.admin
   const mismatches: Array<string> = []
   let compared = 0
   const messages = await run(admin.messages())
+  const retried = retriedDeliveries(messages, await run(admin.deliveries()))
+  const hint = (id: string) => {
+    const types = retried.get(id)
+    return types === undefined ? "" : ` (retried deliveries: ${[...types].join(", ")})`
+  }
   for (const [table, spec] of Object.entries(eventResources)) {
     const ids = new Set(messages.filter((m) => m.event_type.startsWith(spec.prefix)).map((m) => m.record_id))
     const truth = new Map(
@@ -109,7 +123,7 @@ export const judgeEvents = async (sandbox: Sandbox["Service"], query: Query) => 
       const row = stored.get(id)
       if (expected === undefined) {
         if (row !== undefined && row.deleted_at === null)
-          mismatches.push(`${table} ${id}: deleted in the CRM, live here`)
+          mismatches.push(`${table} ${id}: deleted in the CRM, live here${hint(id)}`)
         continue
       }
       if (row === undefined) {
@@ -117,9 +131,9 @@ export const judgeEvents = async (sandbox: Sandbox["Service"], query: Query) => 
         continue
       }
       if (row.deleted_at !== null) mismatches.push(`${table} ${id}: exists in the CRM, marked deleted here`)
-      if (!sameTime(row.updated_at, expected.updated_at)) {
+      if (!sameTime(row.updated_at, expected.updated_at) && !silent.has(id)) {
         mismatches.push(
-          `${table} ${id}.updated_at: stored ${String(row.updated_at)}, expected ${String(expected.updated_at)}`
+          `${table} ${id}.updated_at: stored ${String(row.updated_at)}, expected ${String(expected.updated_at)}${hint(id)}`
         )
       }
       for (const field of spec.fields) {
@@ -127,7 +141,7 @@ export const judgeEvents = async (sandbox: Sandbox["Service"], query: Query) => 
         const same = field.endsWith("_at") ? sameTime(row[field], value) : row[field] === value
         if (!same)
           mismatches.push(
-            `${table} ${id}.${field}: stored ${JSON.stringify(row[field])}, expected ${JSON.stringify(value)}`
+            `${table} ${id}.${field}: stored ${JSON.stringify(row[field])}, expected ${JSON.stringify(value)}${hint(id)}`
           )
       }
     }
@@ -163,13 +177,121 @@ export const judgeEvents = async (sandbox: Sandbox["Service"], query: Query) => 
       for (const field of fields) {
         if ((row[field] ?? null) !== (expected[field] ?? null)) {
           mismatches.push(
-            `${table} ${id}.${field}: stored ${JSON.stringify(row[field])}, expected ${JSON.stringify(expected[field])}`
+            `${table} ${id}.${field}: stored ${JSON.stringify(row[field])}, expected ${JSON.stringify(expected[field])}${hint(id)}`
           )
         }
       }
     }
   }
+  const transcripts = await judgeTranscripts(sandbox, query, messages, silent)
+  mismatches.push(...transcripts.mismatches)
+  compared += transcripts.compared
   return { mismatches, compared }
+}
+
+/**
+ * How a failed first attempt ended: never sent, its answer lost (with what the receiver had
+ * answered: a 2xx means it was stored), or the receiver's status.
+ */
+const firstAttempt = (delivery: { readonly status: number | null; readonly error: string | null }) => {
+  const lost = /answered (\S+), lost/.exec(delivery.error ?? "")
+  if (lost !== null) return `answer ${lost[1]} lost`
+  return delivery.error?.includes("not sent") ? "not sent" : `answered ${String(delivery.status ?? delivery.error)}`
+}
+
+/**
+ * Each record's deliveries that took more than one attempt: the event type and how the first
+ * attempt ended (`client.updated: not sent`), so a mismatch line says which retry it may owe to.
+ */
+const retriedDeliveries = (
+  messages: ReadonlyArray<{ readonly id: string; readonly record_id: string }>,
+  deliveries: ReadonlyArray<{
+    readonly message_id: string
+    readonly endpoint_id: string
+    readonly event_type: string
+    readonly attempt: number
+    readonly duplicate: boolean
+    readonly status: number | null
+    readonly error: string | null
+  }>
+) => {
+  const recordOf = new Map(messages.map((message) => [message.id, message.record_id]))
+  const firsts = new Map(
+    deliveries.filter((d) => d.attempt === 1 && !d.duplicate).map((d) => [`${d.message_id}/${d.endpoint_id}`, d])
+  )
+  const retried = new Map<string, Set<string>>()
+  for (const delivery of deliveries) {
+    const record = recordOf.get(delivery.message_id)
+    if (delivery.attempt !== 2 || record === undefined) continue
+    const first = firsts.get(`${delivery.message_id}/${delivery.endpoint_id}`)
+    const how = first === undefined ? "" : `: ${firstAttempt(first)}`
+    retried.set(record, (retried.get(record) ?? new Set()).add(`${delivery.event_type}${how}`))
+  }
+  return retried
+}
+
+const visibleSegments = (meeting: Json): ReadonlyArray<Json> | undefined =>
+  Array.isArray(meeting.transcript) && meeting.transcript.length > 0 && meeting.transcript_visible === true
+    ? (meeting.transcript as ReadonlyArray<Json>)
+    : undefined
+
+/**
+ * Transcripts, as an analyst reads them in `crm.current_meeting_transcripts`: a live meeting's is
+ * the CRM's current one, segment by segment; a deleted meeting's or a hidden one is not there
+ * (`silent`: hidden without an event, judged only after a reconciliation). Every meeting a
+ * `meeting.transcript_ready` was sent about, and every stored transcript.
+ */
+const judgeTranscripts = async (
+  sandbox: Sandbox["Service"],
+  query: Query,
+  messages: ReadonlyArray<{ readonly event_type: string; readonly record_id: string }>,
+  silent: ReadonlySet<string>
+) => {
+  const mismatches: Array<string> = []
+  const announced = new Set(messages.filter((m) => m.event_type === "meeting.transcript_ready").map((m) => m.record_id))
+  const truth = new Map(
+    ((await run(sandbox.admin.records("meetings", { limit: 1_000_000 }))) as ReadonlyArray<Json>).map((row) => [
+      String(row.id),
+      row
+    ])
+  )
+  const stored = new Map(
+    (
+      await query<{ id: string; has_transcript: boolean; texts: ReadonlyArray<unknown> }>(`
+        SELECT t.id, t.has_transcript,
+               coalesce(json_agg(s.text ORDER BY s.ordinal) FILTER (WHERE s.meeting_id IS NOT NULL), '[]') AS texts
+        FROM crm.current_meeting_transcripts t
+        LEFT JOIN crm.meeting_transcript_segments s ON s.meeting_id = t.id
+        GROUP BY t.id, t.has_transcript`)
+    ).map((row) => [row.id, row])
+  )
+  const ids = new Set([...announced, ...stored.keys()])
+  for (const id of ids) {
+    const meeting = truth.get(id)
+    const row = stored.get(id)
+    const holds = row !== undefined && (row.has_transcript || row.texts.length > 0)
+    if (meeting === undefined) {
+      if (row !== undefined)
+        mismatches.push(`meeting_transcripts ${id}: the meeting is deleted in the CRM, its transcript is live here`)
+      continue
+    }
+    const segments = visibleSegments(meeting)
+    if (segments === undefined) {
+      if (holds && !silent.has(id))
+        mismatches.push(`meeting_transcripts ${id}: hidden or removed in the CRM, live here`)
+      continue
+    }
+    const expected = segments.map((segment) => segment.text ?? null)
+    if (row === undefined) {
+      if (announced.has(id))
+        mismatches.push(`meeting_transcripts ${id}: missing (the CRM has ${expected.length} segment(s))`)
+    } else if (JSON.stringify(row.texts) !== JSON.stringify(expected)) {
+      mismatches.push(
+        `meeting_transcripts ${id}: stored ${JSON.stringify(row.texts)}, the CRM's current one ${JSON.stringify(expected)}`
+      )
+    }
+  }
+  return { mismatches, compared: ids.size }
 }
 
 export const judge = async (input: VerdictInput) => {
@@ -302,7 +424,11 @@ export const judge = async (input: VerdictInput) => {
     const block = blocks.find((candidate) => at > candidate.from && at < candidate.to)
     if (block === undefined || !entry.path.startsWith("/v1/")) continue
     if (at - block.from <= RACE_MS) racing++
-    else if (input.killedAt.some((kill) => kill >= block.from - RACE_MS && kill <= block.from + KILLED_WITH_MS))
+    else if (
+      input.killedAt
+        .map((kill) => kill + input.clockSkewMs)
+        .some((kill) => kill >= block.from - RACE_MS && kill <= block.from + KILLED_WITH_MS)
+    )
       unrecorded++
     else {
       blocked++

@@ -1,7 +1,13 @@
 /**
  * The world of a chaos run, all drawn from one seeded PRNG: the CRM's users at work (every
  * resource and event type the spec lists, and the changes no event announces), the sandbox's
- * faults switched on at random, and the firm's writes queued in `crm_sync.outbox`.
+ * faults switched on at random, and the firm's writes queued in `crm_sync.outbox`. Beside the
+ * plain changes, scenes that put one record through a known hazard: a client delivery whose first
+ * attempts fail and whose retry (signed at the retry's time) lands after a newer change of the
+ * same client; a task, meeting or note change retried after the record's deletion; a transcript
+ * changed twice, the second time once the first read of it has arrived (it is answered late); a
+ * transcript hidden (no event); a meeting with a transcript deleted. The CRM's clock skew is set
+ * by run.ts (`clockSkew`).
  */
 import { Effect } from "effect"
 import type { Sandbox } from "@crm-sync/sandbox"
@@ -37,6 +43,18 @@ interface Row {
 }
 
 const stamp = () => new Date().toISOString().slice(11, 23)
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
+
+/**
+ * How many steps a retried delivery may take to land: its last attempt (at most 11 s, the chaos
+ * retry schedule's first four delays) is a few dozen steps away, and the margin is wide.
+ */
+const RETRY_SPAN_STEPS = 150
+
+/** A transcript of one segment, saying `text`. */
+const transcriptOf = (text: string) => ({
+  segments: [{ text, participant: { name: "Advisor" }, start_timestamp: "00:00:01", end_timestamp: "00:00:04" }]
+})
 
 /** The activity: one change per call, counted by kind; a change refused by the sandbox is counted too. */
 export const makeActivity = (sandbox: SandboxService, rng: Rng, books: ReadonlyArray<string>) => {
@@ -48,6 +66,196 @@ export const makeActivity = (sandbox: SandboxService, rng: Rng, books: ReadonlyA
       sandbox.admin.records(kind, { bookId, limit: 40 }),
       (rows) => rows as ReadonlyArray<Row & Record<string, unknown>>
     )
+
+  /**
+   * Clients with a failing delivery on its way: no other change touches them until it has landed,
+   * so that what the retry must not undo is a field the retry's snapshot did not change (the one
+   * order no receiver can recover is two changes of one field, the older one's first attempt lost
+   * before it reached the receiver; docs/reliability.md).
+   */
+  const reserved = new Map<string, number>()
+  // counted in steps, not time, so that the same seed picks the same clients
+  let steps = 0
+  const free = <A extends Row>(rows: ReadonlyArray<A>) => rows.filter((row) => (reserved.get(row.id) ?? 0) < steps)
+  const reserve = (id: string) => reserved.set(id, steps + RETRY_SPAN_STEPS)
+  /** Meetings whose transcript the world changed without an event (hidden): only a read can see it. */
+  const silent = new Set<string>()
+  const fail = (rule: Record<string, unknown>) =>
+    sandbox.admin.addFault({
+      kind: "webhook_fail",
+      times: 1,
+      // the retry lands 6 or 11 s after the first attempt (the chaos retry schedule: 1, 2, 3, 5 s)
+      attempts: 3 + rng.int(2),
+      reach: rng.chance(0.5) ? "none" : "receiver",
+      ...rule
+    } as never)
+  /** Waits (bounded) until every message about the record has its snapshot, so a later change is not in it. */
+  const prepared = (recordId: string) =>
+    Effect.promise(async () => {
+      for (let i = 0; i < 100; i++) {
+        const messages = await Effect.runPromise(sandbox.admin.messages())
+        if (!messages.some((m) => m.record_id === recordId && m.prepared_at === null)) return
+        await sleep(20)
+      }
+    })
+  let lateReads = 0
+  /** Waits (bounded) until the late-answer fault `id` has caught its read. */
+  const firstRead = (id: string) =>
+    Effect.promise(async () => {
+      for (let i = 0; i < 100; i++) {
+        const faults = await Effect.runPromise(sandbox.admin.faults)
+        if ((faults.find((fault) => fault.id === id)?.fired ?? 1) > 0) return
+        await sleep(50)
+      }
+    })
+  const count = (recordId: string, type: string) =>
+    Effect.map(
+      sandbox.admin.messages({ eventType: type }),
+      (messages) => messages.filter((message) => message.record_id === recordId).length
+    )
+  /** Waits (bounded) until more than `before` `type` messages about the record exist, all with their snapshot. */
+  const announced = (recordId: string, type: string, before: number) =>
+    Effect.promise(async () => {
+      for (let i = 0; i < 200; i++) {
+        const messages = (await Effect.runPromise(sandbox.admin.messages({ eventType: type }))).filter(
+          (message) => message.record_id === recordId
+        )
+        if (messages.length > before && messages.every((message) => message.prepared_at !== null)) return
+        await sleep(50)
+      }
+    })
+  const withTranscript = (book: string) =>
+    Effect.map(records("meetings", book), (rows) =>
+      rows.filter(
+        (row) => Array.isArray(row.transcript) && row.transcript.length > 0 && row.transcript_visible === true
+      )
+    )
+  /** A change of a task, meeting or note whose delivery fails at first, then the record's deletion. */
+  const retriedThenDeleted = (
+    kind: "tasks" | "meetings" | "notes",
+    change: (id: string) => Change,
+    remove: (id: string) => Change
+  ) => {
+    const prefix = kind === "tasks" ? "task" : kind === "meetings" ? "meeting" : "note"
+    return (book: string) =>
+      Effect.flatMap(records(kind, book), (rows): Change => {
+        const row = rng.pick(rows)
+        if (row === undefined) return Effect.void
+        return fail({ event: `${prefix}.*`, record: row.id }).pipe(
+          Effect.andThen(change(row.id)),
+          Effect.andThen(prepared(row.id)),
+          Effect.andThen(remove(row.id))
+        )
+      })
+  }
+
+  const scenes: ReadonlyArray<readonly [string, (book: string) => Change]> = [
+    [
+      // client.updated M1 fails at first; M2 (another field, a debounce window later) is delivered;
+      // M1's retry lands after it. The windows close on their own: the CRM never sends two
+      // client.updated of one client within a window, so their signed seconds never tie.
+      "scene.client_update_retried",
+      (book) =>
+        Effect.flatMap(records("clients", book), (clients): Change => {
+          const client = rng.pick(free(clients))
+          if (client === undefined) return Effect.void
+          reserve(client.id)
+          const tier = rng.pick(["A", "B", "C"])!
+          return fail({ event: "client.updated", record: client.id }).pipe(
+            Effect.andThen(count(client.id, "client.updated")),
+            Effect.tap(() => actions.updateClient(client.id, { tier })),
+            Effect.flatMap((before) => announced(client.id, "client.updated", before)),
+            Effect.andThen(
+              Effect.suspend(() => actions.updateClient(client.id, { name: `Chaos Client renamed ${stamp()}` }))
+            )
+          )
+        })
+    ],
+    [
+      // client.created fails at first; the debounced client.updated goes out; the created retry lands after it.
+      "scene.client_create_retried",
+      (book) => {
+        const tier = rng.pick(["A", "B", "C"])!
+        return fail({ event: "client.created" }).pipe(
+          Effect.andThen(actions.createClient({ book_id: book, name: `Chaos Client ${stamp()}` })),
+          Effect.tap((client) => Effect.sync(() => reserve(client.id))),
+          Effect.tap((client) => prepared(client.id)),
+          Effect.flatMap((client) => actions.updateClient(client.id, { tier }))
+        )
+      }
+    ],
+    [
+      "scene.task_update_retried_after_delete",
+      retriedThenDeleted(
+        "tasks",
+        (id) => actions.updateTask(id, { title: `Renamed ${stamp()}` }),
+        (id) => actions.deleteTask(id)
+      )
+    ],
+    [
+      "scene.meeting_update_retried_after_delete",
+      retriedThenDeleted(
+        "meetings",
+        (id) => actions.updateMeeting(id, { notepad: `Notes ${stamp()}` }),
+        (id) => actions.deleteMeeting(id)
+      )
+    ],
+    [
+      "scene.note_update_retried_after_delete",
+      retriedThenDeleted(
+        "notes",
+        (id) => actions.updateNote(id, { content: `Edited ${stamp()}` }),
+        (id) => actions.deleteNote(id)
+      )
+    ],
+    [
+      // Two transcript_ready for one meeting; the first read of the transcript is answered late.
+      "scene.transcript_changed_twice",
+      (book) =>
+        Effect.flatMap(records("meetings", book), (meetings): Change => {
+          // a hidden transcript announces nothing: only meetings whose transcript is shown
+          const meeting = rng.pick(meetings.filter((row) => row.transcript_visible !== false))
+          if (meeting === undefined) return Effect.void
+          const id = `late-transcript-${meeting.id}-${++lateReads}`
+          return sandbox.admin
+            .addFault({
+              id,
+              kind: "latency",
+              when: "after",
+              ms: 2_500 + rng.int(2_500),
+              path: `/v1/meetings/${meeting.id}/transcript`,
+              times: 1
+            } as never)
+            .pipe(
+              Effect.andThen(actions.setTranscript(meeting.id, transcriptOf(`First take ${stamp()}`))),
+              // the first read has been answered (late): the second change is not in it
+              Effect.andThen(firstRead(id)),
+              Effect.andThen(
+                Effect.suspend(() => actions.setTranscript(meeting.id, transcriptOf(`Second take ${stamp()}`)))
+              )
+            )
+        })
+    ],
+    [
+      // No event announces it (spec §6.4): only a read of the transcript can retire it.
+      "scene.transcript_hidden",
+      (book) =>
+        Effect.flatMap(withTranscript(book), (meetings): Change => {
+          const meeting = rng.pick(meetings)
+          if (meeting === undefined) return Effect.void
+          silent.add(meeting.id)
+          return actions.setTranscript(meeting.id, { visible: false })
+        })
+    ],
+    [
+      "scene.meeting_with_transcript_deleted",
+      (book) =>
+        Effect.flatMap(withTranscript(book), (meetings): Change => {
+          const meeting = rng.pick(meetings)
+          return meeting === undefined ? Effect.void : actions.deleteMeeting(meeting.id)
+        })
+    ]
+  ]
 
   const changes: ReadonlyArray<readonly [string, (book: string) => Change]> = [
     ["task.create", (book) => actions.createTask({ book_id: book, title: `Chaos task ${stamp()}` })],
@@ -143,7 +351,7 @@ export const makeActivity = (sandbox: SandboxService, rng: Rng, books: ReadonlyA
       "client.update",
       (book) =>
         Effect.flatMap(records("clients", book), (clients): Change => {
-          const client = rng.pick(clients)
+          const client = rng.pick(free(clients))
           return client === undefined
             ? Effect.void
             : actions.updateClient(client.id, { tier: rng.pick(["A", "B", "C"])! })
@@ -213,12 +421,16 @@ export const makeActivity = (sandbox: SandboxService, rng: Rng, books: ReadonlyA
     ]
   ]
 
+  const all = [...changes, ...scenes]
   return {
     counts,
     refused: () => refused,
-    /** One change by a CRM user, chosen by the PRNG. */
+    /** Meetings whose transcript was hidden (no event): judged only once a reconciliation has read them. */
+    silent: () => silent as ReadonlySet<string>,
+    /** One change by a CRM user (or one scene), chosen by the PRNG. */
     step: async () => {
-      const [name, change] = changes[rng.int(changes.length)]!
+      steps++
+      const [name, change] = all[rng.int(all.length)]!
       const book = rng.pick(books)!
       const outcome = await Effect.runPromise(Effect.result(change(book)))
       if (outcome._tag === "Failure") refused++
