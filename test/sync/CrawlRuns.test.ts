@@ -3,7 +3,7 @@
  * crawls missed are deleted, when they are refused, and when a large absence is only noted.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { planDeletion } from "../../src/sync/CrawlRuns.ts"
+import { planDeletion } from "../../src/sync/DeletionPlan.ts"
 
 const ids = (n: number) => Array.from({ length: n }, (_, i) => `rec_${i}`)
 
