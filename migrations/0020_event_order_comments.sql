@@ -8,7 +8,7 @@ DECLARE
   client_updated text := 'For a client.updated snapshot, the first signed time (hook-timestamp) seen for its hook-id: '
     || 'client events carry no updated_at (spec §2.9), so a snapshot stands for that time and an older one never '
     || 'replaces a newer. Null while only a client.created was applied: a creation is older than every update.';
-  deleted text := 'When the CRM deleted the record, in the CRM''s clock: its deletion event''s signed time; or when '
+  deleted text := 'When the CRM deleted the record, in the CRM''s clock: the end of the second its deletion event was signed in; or when '
     || 'crm-sync learned it was gone (a 404 by id); never before updated_at. Null while it exists.';
   relation text;
 BEGIN

@@ -264,6 +264,9 @@ const snapshotMillis = (record: Json): number => {
   return Number.isNaN(millis) ? 0 : millis
 }
 
+/** A hook-timestamp's resolution (Standard Webhooks: whole seconds since the epoch). */
+const SIGNED_SECOND = 1000
+
 /** The writes of several rows, grouped per table and in a fixed order. */
 export const groupWrites = (items: ReadonlyArray<Applying>): BatchWrites => {
   const upserts = new Map<Resource, Array<{ readonly record: Json; readonly at: string | null }>>()
@@ -287,7 +290,10 @@ export const groupWrites = (items: ReadonlyArray<Applying>): BatchWrites => {
     for (const { resource, id } of writes.deletes) {
       const entry = deletes.get(resource) ?? { ids: [], at: 0 }
       entry.ids.push(id)
-      entry.at = Math.max(entry.at, signed.getTime())
+      // The signed time counts whole seconds; the deletion happened before the delivery was signed,
+      // so within the end of that second: a snapshot of that second (its updated_at has
+      // milliseconds) is from before the deletion, and must not undo it.
+      entry.at = Math.max(entry.at, row.signedAt === null ? row.receivedAt.getTime() : signed.getTime() + SIGNED_SECOND)
       deletes.set(resource, entry)
     }
     if (writes.noteParent !== null) noteParents.push(writes.noteParent)

@@ -273,8 +273,31 @@ layer(TestLayer, { excludeTestServices: true })("EventProcessor", (it) => {
         yield* drain
         const stored = yield* row(resource, id)
         assert.isNotNull(stored?.deleted_at, `${resource}: a snapshot from before the deletion does not undo it`)
-        assert.strictEqual(stored?.deleted_at.getTime(), crmNow, `${resource}: deleted at the deletion's signed time`)
+        assert.strictEqual(
+          stored?.deleted_at.getTime(),
+          crmNow + 1000,
+          `${resource}: deleted by the end of the second the deletion was signed in`
+        )
       }
+    })
+  )
+
+  it.effect("a deletion signed in the same second as the last update it follows is not undone by that update", () =>
+    Effect.gen(function* () {
+      // hook-timestamp counts whole seconds (Standard Webhooks), the snapshot's updated_at has
+      // milliseconds: the last update (…:00.700) and the deletion signed right after it (…:00)
+      // share a second. The update's first attempt failed; its retry arrives after the deletion.
+      const second = Math.floor(Date.now() / 1000) * 1000 - 60_000
+      const lastUpdate = (body: Record<string, any>) => {
+        body.id = "tsk_same_second"
+        body.task = { ...body.task, id: "tsk_same_second", updated_at: new Date(second + 700).toISOString() }
+      }
+      yield* deliverFixture("task.deleted", (body) => (body.id = "tsk_same_second"), second)
+      yield* drain
+      yield* deliverFixture("task.updated", lastUpdate, second + 6_000)
+      yield* drain
+      const stored = yield* row("tasks", "tsk_same_second")
+      assert.isNotNull(stored?.deleted_at, "the update from before the deletion does not bring the task back")
     })
   )
 

@@ -155,7 +155,7 @@ describe("groupWrites", () => {
     })
   )
 
-  it.effect("dates in the CRM's clock: a deletion by its signed time, a client.created by none", () =>
+  it.effect("dates in the CRM's clock: a deletion by the end of its signed second, a client.created by none", () =>
     Effect.gen(function* () {
       // Received a minute before it was signed: the CRM's clock runs ahead of ours.
       const times = { receivedAt: "2025-03-14T10:00:00Z", signedAt: "2025-03-14T10:01:00Z" }
@@ -170,7 +170,7 @@ describe("groupWrites", () => {
         [{ resource: "clients", orderedAt: [null] }]
       )
       assert.deepStrictEqual(writes.deletes, [
-        { resource: "tasks", ids: ["tsk_2"], at: DateTime.toEpochMillis(DateTime.makeUnsafe(times.signedAt)) }
+        { resource: "tasks", ids: ["tsk_2"], at: DateTime.toEpochMillis(DateTime.makeUnsafe(times.signedAt)) + 1000 }
       ])
     })
   )
