@@ -9,6 +9,7 @@
 import { assert, layer } from "@effect/vitest"
 import { Effect, Layer } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
+import { readFileSync } from "node:fs"
 import { AppConfig } from "../../src/config/AppConfig.ts"
 import { Warehouse } from "../../src/warehouse/Warehouse.ts"
 import { EventProcessor } from "../../src/webhooks/EventProcessor.ts"
@@ -76,6 +77,14 @@ const client = (id: string) =>
     const rows = yield* sql<Record<string, any>>`SELECT * FROM crm.clients WHERE id = ${id}`
     return rows[0]
   })
+
+/** The operator's query of docs/decisions.md (client snapshots: what stays ambiguous). */
+const operatorQuery = () => {
+  const text = readFileSync(new URL("../../docs/decisions.md", import.meta.url), "utf8")
+  const section = text.slice(text.indexOf("**What stays ambiguous.** The same field"))
+  const query = /```sql\n([\s\S]*?)```/.exec(section)?.[1]
+  return query ?? assert.fail("docs/decisions.md: no query after the client section's ambiguity")
+}
 
 /** Four deliveries of one client: the newest first, the creation in between. */
 const deliveries = (id: string) => [
@@ -200,5 +209,30 @@ layer(TestLayer, { excludeTestServices: true })("client deliveries, field by fie
       assert.isNull(batch?.aum, "filled by the creation, first in signed order; no update names it")
       assert.deepStrictEqual(comparable(batch), comparable(alone))
     })
+  )
+
+  it.effect(
+    "the same field changed again after an older change whose first attempt was lost: the operator's query finds it",
+    () =>
+      Effect.gen(function* () {
+        // What no receiver can order: M1 and M2 both change the tier; M1's first attempt never reached
+        // the intake, M2 was applied, M1's retry is signed after M2. M1's older tier wins until the
+        // next update naming the tier; docs/decisions.md's query names the client and the field.
+        yield* updated("cli_ambiguous", ["tier"], { tier: "platinum" }, 150)
+        yield* drain
+        yield* updated("cli_ambiguous", ["tier"], { tier: "silver" }, 360)
+        yield* drain
+        assert.strictEqual((yield* client("cli_ambiguous"))?.tier, "silver", "the limit the decision states")
+        const sql = yield* SqlClient
+        const found = yield* sql.unsafe<{ client_id: string; field: string; updates: number | bigint }>(
+          operatorQuery().replace("'<first refusal>'", "now() - interval '1 hour'")
+        )
+        assert.deepStrictEqual(
+          found
+            .filter((row) => row.client_id === "cli_ambiguous")
+            .map((row) => ({ client_id: row.client_id, field: row.field, updates: Number(row.updates) })),
+          [{ client_id: "cli_ambiguous", field: "tier", updates: 2 }]
+        )
+      })
   )
 })
