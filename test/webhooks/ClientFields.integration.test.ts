@@ -7,7 +7,7 @@
  * newer change of another field (issue 32, hole 1).
  */
 import { assert, layer } from "@effect/vitest"
-import { Effect, Layer } from "effect"
+import { Deferred, Duration, Effect, Fiber, Layer } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
 import { readFileSync } from "node:fs"
 import { AppConfig } from "../../src/config/AppConfig.ts"
@@ -85,6 +85,19 @@ const operatorQuery = () => {
   const query = /```sql\n([\s\S]*?)```/.exec(section)?.[1]
   return query ?? assert.fail("docs/decisions.md: no query after the client section's ambiguity")
 }
+
+/** Waits until some session of this database waits on a lock (another writer holds the row). */
+const someoneWaitsOnALock = Effect.gen(function* () {
+  const sql = yield* SqlClient
+  for (let i = 0; i < 200; i++) {
+    const [row] = yield* sql<{ n: number }>`
+      SELECT count(*)::int AS n FROM pg_stat_activity
+      WHERE datname = current_database() AND wait_event_type = 'Lock'`
+    if ((row?.n ?? 0) > 0) return
+    yield* Effect.sleep(Duration.millis(50))
+  }
+  return assert.fail("no writer ever waited on the other's row")
+})
 
 /** Four deliveries of one client: the newest first, the creation in between. */
 const deliveries = (id: string) => [
@@ -234,5 +247,43 @@ layer(TestLayer, { excludeTestServices: true })("client deliveries, field by fie
           [{ client_id: "cli_ambiguous", field: "tier", updates: 2 }]
         )
       })
+  )
+
+  it.effect("two writers of one new client at once: the second merges into the row the first committed", () =>
+    Effect.gen(function* () {
+      const sql = yield* SqlClient
+      const warehouse = yield* Warehouse
+      const write = (fields: Record<string, unknown>, changed: ReadonlyArray<string>, seconds: number) =>
+        warehouse.writeClients(
+          [{ record: clientRecord("cli_race", fields), signedAt: iso(seconds), changedFields: changed }],
+          { source: "webhook" }
+        )
+      const inserted = yield* Deferred.make<void>()
+      const release = yield* Deferred.make<void>()
+      // A inserts the client (a rename) and holds its transaction open; B (an older tier change,
+      // which reads the client as absent) must then wait for A's row, and merge into it.
+      const a = yield* sql
+        .withTransaction(
+          Effect.gen(function* () {
+            yield* write({ name: "Renamed", tier: "gold" }, ["name"], 150)
+            yield* Deferred.succeed(inserted, undefined)
+            yield* Deferred.await(release)
+          })
+        )
+        .pipe(Effect.forkChild)
+      yield* Deferred.await(inserted)
+      const b = yield* sql
+        .withTransaction(write({ name: "Okafor Household", tier: "silver" }, ["tier"], 60))
+        .pipe(Effect.forkChild)
+      yield* someoneWaitsOnALock
+      yield* Deferred.succeed(release, undefined)
+      yield* Fiber.join(a)
+      yield* Fiber.join(b)
+      const row = yield* client("cli_race")
+      assert.strictEqual(row?.name, "Renamed", "A's named field")
+      assert.strictEqual(row?.tier, "silver", "B's named field, over A's fill")
+      assert.deepStrictEqual(row?.field_signed_at, { name: iso(150), tier: iso(60) })
+      assert.strictEqual(row?.updated_at.toISOString(), iso(150))
+    })
   )
 })
