@@ -295,6 +295,8 @@ const prospects = define<Models.Prospect>({
   fields: { book_id: "text", first_name: "text", last_name: "text" }
 })
 
+// Client events write field by field (ClientWrites.ts: `changed_fields`, `field_signed_at`), not
+// through the snapshot upsert of BatchSql.ts; the descriptor gives their model and typed columns.
 const clients = define<Models.Client>({
   table: "clients",
   schema: Models.Client,

@@ -15,6 +15,7 @@ import * as Option from "effect/Option"
 import * as Result from "effect/Result"
 import { SqlClient } from "effect/sql/SqlClient"
 import { isSqlError } from "effect/sql/SqlError"
+import { type ClientDelivery, type DecodedClient, decodedClient, writeClients } from "./ClientWrites.ts"
 import {
   type AnyTable,
   type Decoded,
@@ -32,6 +33,7 @@ import { isRecordLevel, type WarehouseError } from "./WarehouseError.ts"
 import * as Reads from "./WarehouseReads.ts"
 import * as Writes from "./WarehouseWrites.ts"
 
+export type { ClientDelivery } from "./ClientWrites.ts"
 export type { Resource, ResourceRecord, Source } from "./Tables.ts"
 export { Resources, Sources, isResource } from "./Tables.ts"
 
@@ -279,6 +281,15 @@ export class Warehouse extends Context.Service<
       records: ReadonlyArray<unknown>,
       options: UpsertOptions
     ) => Effect.Effect<UpsertResult, WarehouseError>
+    /**
+     * Writes client deliveries field by field (ClientWrites.ts): a `client.updated` writes the
+     * fields it names, each ordered by its own first signed time, and fills fields never known; a
+     * `client.created` only fills. Several deliveries of one client fold in signed order.
+     */
+    readonly writeClients: (
+      deliveries: ReadonlyArray<ClientDelivery>,
+      options: WriteOptions
+    ) => Effect.Effect<UpsertResult, WarehouseError>
     /** `upsert` of records already decoded by `prepare` (possibly several batches `combine`d). */
     readonly write: (prepared: Prepared, options: WriteOptions) => Effect.Effect<UpsertResult, WarehouseError>
     /**
@@ -364,6 +375,7 @@ export class Warehouse extends Context.Service<
     Effect.gen(function* () {
       const sql = yield* SqlClient
       const write = Writes.write(sql)
+      const clients = writeClients(sql)
       const row = Reads.row(sql)
       const markDeleted = Writes.markDeleted(sql)
       const retireTranscripts = Transcripts.retireTranscripts(sql)
@@ -376,6 +388,17 @@ export class Warehouse extends Context.Service<
         write,
         upsert: (resource, records, options) =>
           Effect.suspend(() => write(prepare(resource, records, options.orderedAt), options)),
+        writeClients: (deliveries, options) =>
+          Effect.suspend(() => {
+            const decoded: Array<DecodedClient> = []
+            const rejected: Array<Rejected> = []
+            for (const delivery of deliveries) {
+              const prepared = prepare("clients", [delivery.record])
+              rejected.push(...prepared.rejected)
+              for (const item of prepared.decoded) decoded.push(decodedClient(item, delivery))
+            }
+            return clients(decoded, rejected, options.source)
+          }),
         markDeleted: (resource, ids, at, options) =>
           resource !== "meetings"
             ? markDeleted(resource, ids, at, options)

@@ -12,7 +12,7 @@ import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
 import { type CrmEvent, decodeEvent } from "../crm/Events.ts"
 import * as Models from "../crm/Models.ts"
-import type { ClientChange, Resource, TranscriptRead, Warehouse } from "../warehouse/Warehouse.ts"
+import type { ClientChange, ClientDelivery, Resource, TranscriptRead, Warehouse } from "../warehouse/Warehouse.ts"
 import { parseJsonBody } from "./JsonBody.ts"
 import { tooDeep } from "./JsonDepth.ts"
 import type { ClaimedRow } from "./WebhookInbox.ts"
@@ -25,11 +25,12 @@ export type Json = Readonly<Record<string, unknown>>
 
 /** The warehouse writes one event asks for. */
 export interface Writes {
+  readonly upserts: ReadonlyArray<{ readonly resource: Resource; readonly record: Json }>
   /**
-   * `creation`: the record's first version (`client.created`), older than every update of it
-   * whatever the signed times say; it stands for no time, so it never replaces a stored client.
+   * A client snapshot, written field by field (Warehouse.writeClients): `changedFields` null for a
+   * `client.created`, which stands for no time and only fills fields never known.
    */
-  readonly upserts: ReadonlyArray<{ readonly resource: Resource; readonly record: Json; readonly creation?: true }>
+  readonly client: { readonly record: Json; readonly changedFields: ReadonlyArray<string> | null } | null
   readonly deletes: ReadonlyArray<{ readonly resource: Resource; readonly id: string }>
   /** Parent ids a note envelope carries at top level (spec §6.3), kept on the note row. */
   readonly noteParent: { readonly id: string; readonly householdId: string } | null
@@ -43,7 +44,14 @@ export interface Writes {
   readonly transcriptOf: string | null
 }
 
-const noWrites: Writes = { upserts: [], deletes: [], noteParent: null, clientChange: null, transcriptOf: null }
+const noWrites: Writes = {
+  upserts: [],
+  client: null,
+  deletes: [],
+  noteParent: null,
+  clientChange: null,
+  transcriptOf: null
+}
 
 /** Where a row stands after decoding: writes to apply, or a final status without any. */
 export type Decision =
@@ -108,9 +116,10 @@ const unshownWrites = (eventType: string, body: Json): Writes | string => {
  * Snapshots are upserted through the warehouse's forward-only guard (an older snapshot never
  * replaces a newer one, and a snapshot may be newer than its event, spec §6.1); `*.deleted` marks
  * the record deleted (a tombstone when it was never seen, so a late snapshot cannot resurrect it);
- * `client.created` never replaces a client an update stored (a creation precedes every update);
- * `client.updated` adds its `changed_fields` to `crm.client_changes`; `meeting.transcript_ready`
- * asks for its transcript to be read.
+ * a client is written field by field: `client.updated` writes the fields its `changed_fields`
+ * names (and fills those never known), `client.created` only fills (a creation precedes every
+ * update); `client.updated` adds its `changed_fields` to `crm.client_changes`;
+ * `meeting.transcript_ready` asks for its transcript to be read.
  */
 const writesOf = (event: CrmEvent, body: Json): Writes | string => {
   switch (event._tag) {
@@ -142,11 +151,11 @@ const writesOf = (event: CrmEvent, body: Json): Writes | string => {
       }
     }
     case "ClientCreated":
-      return { ...noWrites, upserts: [{ resource: "clients", record: withoutContext(body), creation: true }] }
+      return { ...noWrites, client: { record: withoutContext(body), changedFields: null } }
     case "ClientUpdated":
       return {
         ...noWrites,
-        upserts: [{ resource: "clients", record: withBook(body.client as Json, body) }],
+        client: { record: withBook(body.client as Json, body), changedFields: event.payload.changed_fields },
         clientChange: {
           clientId: event.payload.client.id,
           changedFields: event.payload.changed_fields,
@@ -246,6 +255,8 @@ export interface BatchWrites {
     readonly records: ReadonlyArray<Json>
     readonly orderedAt: ReadonlyArray<string | null>
   }>
+  /** Client snapshots, each with its delivery's first signed time (none for a creation). */
+  readonly clients: ReadonlyArray<ClientDelivery>
   readonly transcripts: ReadonlyArray<TranscriptRead>
   /** Per table: distinct ids in order, and when they were deleted (epoch ms, the CRM's clock). */
   readonly deletes: ReadonlyArray<{
@@ -273,6 +284,7 @@ export const groupWrites = (items: ReadonlyArray<Applying>): BatchWrites => {
   const deletes = new Map<Resource, { ids: Array<string>; at: number }>()
   const noteParents: Array<{ readonly id: string; readonly householdId: string }> = []
   const clientChanges: Array<ClientChange> = []
+  const clients: Array<ClientDelivery> = []
   const transcripts: Array<TranscriptRead> = []
   for (const { decision, transcript } of items) {
     const { row, writes } = decision
@@ -280,12 +292,17 @@ export const groupWrites = (items: ReadonlyArray<Applying>): BatchWrites => {
     // signed anew, and the intake keeps the first copy it stored). Our clock only for rows
     // stored before signed times were kept.
     const signed = row.signedAt ?? row.receivedAt
-    for (const { resource, record, creation } of writes.upserts) {
+    for (const { resource, record } of writes.upserts) {
       const list = upserts.get(resource) ?? []
-      // A snapshot without an updated_at of its own (a client) stands for when it was signed,
-      // except a creation, which is older than every update of the record (docs/decisions.md).
-      list.push({ record, at: creation === true ? null : signed.toISOString() })
+      // A snapshot without an updated_at of its own stands for when it was signed.
+      list.push({ record, at: signed.toISOString() })
       upserts.set(resource, list)
+    }
+    if (writes.client !== null) {
+      // A client's fields are ordered by their delivery's signed time; a creation stands for none
+      // (it is older than every update of the client, docs/decisions.md).
+      const { record, changedFields } = writes.client
+      clients.push({ record, changedFields, signedAt: changedFields === null ? null : signed.toISOString() })
     }
     for (const { resource, id } of writes.deletes) {
       const entry = deletes.get(resource) ?? { ids: [], at: 0 }
@@ -320,6 +337,7 @@ export const groupWrites = (items: ReadonlyArray<Applying>): BatchWrites => {
         const ordered = items.toSorted((a, b) => String(a.record.id).localeCompare(String(b.record.id)))
         return { resource, records: ordered.map((item) => item.record), orderedAt: ordered.map((item) => item.at) }
       }),
+    clients,
     transcripts,
     // A record created and deleted within one batch ends deleted (deletes follow the upserts).
     // The deletion time is in the CRM's clock, never ours: the deletion's signed time (the
@@ -344,6 +362,7 @@ export const applyWrites = Effect.fnUntraced(function* (
   for (const { resource, records, orderedAt } of writes.upserts) {
     yield* warehouse.upsert(resource, records, { source: "webhook", orderedAt })
   }
+  yield* warehouse.writeClients(writes.clients, { source: "webhook" })
   // The read started last wins, whichever batch commits last; none found retires the stored one.
   yield* warehouse.writeTranscripts(writes.transcripts, { source: "webhook" })
   // After the upserts: a record created and deleted within one batch ends deleted (a deleted

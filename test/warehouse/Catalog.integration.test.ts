@@ -33,6 +33,8 @@ layer(TestDatabase, { timeout: 60_000, excludeTestServices: true })("the warehou
         catalog.columns.find((c) => c.table === table && c.column === column)?.comment ?? ""
       assert.include(comment("clients", "updated_at"), "first signed time")
       assert.include(comment("tasks", "deleted_at"), "in the CRM's clock")
+      // Migration 0023: a client's fields are ordered one by one.
+      assert.include(comment("clients", "field_signed_at"), "changed_fields")
     })
   )
 

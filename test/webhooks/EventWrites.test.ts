@@ -88,15 +88,17 @@ describe("decide", () => {
     })
   )
 
-  it.effect("client.updated upserts the client with the envelope's book and keeps its changed fields", () =>
+  it.effect("client.updated writes the client with the envelope's book and its changed fields", () =>
     Effect.gen(function* () {
       const body = eventFixture("client.updated")
       // No event_type in the body (spec §6.3): the endpoint's fixed type says what it is.
       const { writes, eventType } = applied(yield* decide(claimed(body, { eventType: "client.updated" })))
       assert.strictEqual(eventType, "client.updated")
-      assert.deepStrictEqual(writes.upserts, [
-        { resource: "clients", record: { ...(body.client as JsonObject), book_id: "book_3F9A" } }
-      ])
+      assert.deepStrictEqual(writes.upserts, [])
+      assert.deepStrictEqual(writes.client, {
+        record: { ...(body.client as JsonObject), book_id: "book_3F9A" },
+        changedFields: ["tier", "aum"]
+      })
       assert.deepStrictEqual(writes.clientChange, {
         clientId: "cli_3001",
         changedFields: ["tier", "aum"],
@@ -161,13 +163,18 @@ describe("groupWrites", () => {
       const times = { receivedAt: "2025-03-14T10:00:00Z", signedAt: "2025-03-14T10:01:00Z" }
       const rows = [
         claimed(eventFixture("client.created"), { ...times, hookId: "a", eventType: "client.created" }),
-        claimed({ ...eventFixture("task.deleted"), id: "tsk_2" }, { ...times, hookId: "b" })
+        claimed({ ...eventFixture("task.deleted"), id: "tsk_2" }, { ...times, hookId: "b" }),
+        claimed(eventFixture("client.updated"), { ...times, hookId: "c", eventType: "client.updated" })
       ]
       const decisions = yield* Effect.forEach(rows, (row) => decide(row))
       const writes = groupWrites(decisions.map((decision) => ({ decision: applied(decision) })))
+      assert.deepStrictEqual(writes.upserts, [])
       assert.deepStrictEqual(
-        writes.upserts.map(({ resource, orderedAt }) => ({ resource, orderedAt })),
-        [{ resource: "clients", orderedAt: [null] }]
+        writes.clients.map(({ signedAt, changedFields }) => ({ signedAt, changedFields })),
+        [
+          { signedAt: null, changedFields: null },
+          { signedAt: "2025-03-14T10:01:00.000Z", changedFields: ["tier", "aum"] }
+        ]
       )
       assert.deepStrictEqual(writes.deletes, [
         { resource: "tasks", ids: ["tsk_2"], at: DateTime.toEpochMillis(DateTime.makeUnsafe(times.signedAt)) + 1000 }
