@@ -411,10 +411,16 @@ export const judge = async (input: VerdictInput) => {
   // No request while a 429 block is in force: a 429's Retry-After blocks its bucket for every
   // process (the blocks are shared through PostgreSQL). A request that left another replica within
   // RACE_MS of the 429 was on its way before that replica could know; it is counted, not failed.
+  // A block starts when the 429 left the CRM, not when its request arrived: `at` is the arrival,
+  // and a latency fault on the same request holds the answer back for up to a second and a half
+  // (`duration_ms` covers it), during which no process can know of the block.
   const blocks = requests.flatMap((entry) =>
     entry.faults
       .filter((fault) => fault.startsWith("rate_limit:"))
-      .map((fault) => ({ from: Date.parse(entry.at), to: Date.parse(entry.at) + Number(fault.split(":")[2]) * 1000 }))
+      .map((fault) => {
+        const answered = Date.parse(entry.at) + entry.duration_ms
+        return { from: answered, to: answered + Number(fault.split(":")[2]) * 1000 }
+      })
   )
   let racing = 0
   let blocked = 0
