@@ -13,8 +13,8 @@ import { FetchHttpClient, HttpClient, HttpClientRequest, HttpServerRequest, Http
 import { createHash, randomBytes } from "node:crypto"
 import { createServer } from "node:http"
 import { Webhook } from "standardwebhooks"
-import type { SandboxAdmin } from "./Admin.ts"
-import type { TokenResponse } from "./Auth.ts"
+import type { SandboxAdmin, TokenInfo } from "./Admin.ts"
+import { type TokenResponse, USER_TOKEN_LABEL } from "./Auth.ts"
 import { parseJsonOption } from "./Http.ts"
 import type { WebhookHeaderPrefix } from "./Options.ts"
 import { matchesFilter, type RequestFilter, type RequestLogEntry } from "./RequestLog.ts"
@@ -78,6 +78,16 @@ export const call = Effect.fn("sandbox.testing.call")(function* (
 
 /** The HTTP client the helpers expect, for tests that do not provide one. */
 export const httpClientLayer: Layer.Layer<HttpClient.HttpClient> = FetchHttpClient.layer
+
+// ---------------------------------------------------------------------------------------------
+// Users' tokens
+
+/**
+ * The seeded personal tokens of option `userTokens`, one per user and company, in user order
+ * (the first user, a member of two companies, has two): `{ id, token, user_id, company_id, … }`.
+ */
+export const userTokens = (admin: Admin): Effect.Effect<ReadonlyArray<TokenInfo>> =>
+  Effect.map(admin.tokens, (tokens) => tokens.filter((token) => token.label === USER_TOKEN_LABEL && !token.revoked))
 
 // ---------------------------------------------------------------------------------------------
 // Request log
