@@ -82,6 +82,11 @@ export const runSandbox = Effect.fn("SandboxCommand.run")(function* (input: Sand
         `    authorize     ${authorize.toString().replace(/%3C.*%3E/, "<S256 challenge>")}`,
         `    token         ${baseUrl}/oauth/token`,
         `  admin API:      ${baseUrl}/_sandbox${sandbox.options.adminToken === undefined ? "" : " (bearer admin token required)"}`,
+        ...(sandbox.options.userTokens
+          ? [
+              `  user tokens:    one per user and company (${sandbox.options.companies} companies): GET ${baseUrl}/_sandbox/tokens`
+            ]
+          : []),
         ``,
         `  try: curl -H "Authorization: Bearer ${credentials.personalAccessToken}" "${baseUrl}/v1/financial_accounts?per_page=100&page=2"`
       ].join("\n")
