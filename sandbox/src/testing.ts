@@ -89,6 +89,36 @@ export const httpClientLayer: Layer.Layer<HttpClient.HttpClient> = FetchHttpClie
 export const userTokens = (admin: Admin): Effect.Effect<ReadonlyArray<TokenInfo>> =>
   Effect.map(admin.tokens, (tokens) => tokens.filter((token) => token.label === USER_TOKEN_LABEL && !token.revoked))
 
+/** An OAuth user's connection made by `connectUsers`: who, which company, its token pair. */
+export interface UserConnection {
+  readonly user_id: string
+  readonly company_id: string
+  readonly tokens: TokenResponse
+}
+
+/**
+ * OAuth users: a token pair of app `clientId` for every user and company the filter keeps (all by
+ * default), in user order, without the browser step (`admin.connect`; an app in `sandbox` mode
+ * reaches only its owner's company: register it with `mode: "production"` to play many firms).
+ */
+export const connectUsers = Effect.fn("sandbox.testing.connectUsers")(function* (
+  admin: Admin,
+  clientId: string,
+  keep: (user: { readonly user_id: string; readonly company_id: string }) => boolean = () => true
+) {
+  const state = yield* admin.state
+  const pairs = state.users
+    .filter((user) => user.active)
+    .flatMap((user) => user.company_ids.map((company) => ({ user_id: user.id, company_id: company })))
+    .filter(keep)
+  return yield* Effect.forEach(pairs, (pair) =>
+    Effect.map(
+      admin.connect({ clientId, userId: pair.user_id, companyId: pair.company_id }),
+      (tokens): UserConnection => ({ ...pair, tokens })
+    )
+  )
+})
+
 // ---------------------------------------------------------------------------------------------
 // Request log
 

@@ -9,7 +9,7 @@ import { assert, describe, it, layer } from "@effect/vitest"
 import { Effect, Option } from "effect"
 import { toSandboxOptions } from "../src/SandboxCommand.ts"
 import { userTokenOf } from "../src/Auth.ts"
-import { userTokens } from "../src/testing.ts"
+import { connectUsers, userTokens } from "../src/testing.ts"
 import { admin, api, sandboxLayer } from "./fixtures.ts"
 
 const FIRMS = 40
@@ -237,9 +237,10 @@ layer(
       const app = yield* a.registerApp({ mode: "production" })
       const state = yield* a.state
       const tokens = yield* firstTokens
-      const connections = yield* Effect.forEach(tokens, (token) =>
-        a.connect({ clientId: app.client_id, userId: token.user_id, companyId: token.company_id })
-      )
+      const connections = (yield* connectUsers(a, app.client_id, (pair) =>
+        tokens.some((t) => t.user_id === pair.user_id && t.company_id === pair.company_id)
+      )).map((connection) => connection.tokens)
+      assert.strictEqual(connections.length, FIRMS)
       for (const [i, connection] of connections.entries()) {
         assert.strictEqual(connection.company_id, state.companies[i]!.id)
         const books = yield* bookIds(tokens[i]!.token, `10.4.0.${i}`)

@@ -204,6 +204,29 @@ const pageGaps = (commits: ReadonlyArray<number>, from: number, to: number) => {
   return { idle, longest }
 }
 
+const connectionName = (i: number) => `c${String(i + 1).padStart(4, "0")}`
+
+/** The first runs not finished: each connection's job without a finished run, and its latest run. */
+const unfinishedSql = (connections: number) => `
+  SELECT name, job, latest.status, round(extract(epoch FROM now() - latest.started_at))::int AS "ageSeconds"
+  FROM unnest(ARRAY[${Array.from({ length: connections }, (_, i) => `'${connectionName(i)}'`).join(", ")}]) AS name
+  CROSS JOIN unnest(ARRAY[${FIRST_RUNS.map((job) => `'${job}'`).join(", ")}]) AS job
+  LEFT JOIN LATERAL (
+    SELECT status, started_at FROM crm_sync.job_runs r WHERE r.connection = name AND r.job = job ORDER BY id DESC LIMIT 1
+  ) latest ON true
+  WHERE NOT EXISTS (
+    SELECT 1 FROM crm_sync.job_runs r
+    WHERE r.connection = name AND r.job = job AND r.status IN ('succeeded', 'failed')
+  )
+  ORDER BY name, job LIMIT 20`
+
+interface Unfinished {
+  readonly name: string
+  readonly job: string
+  readonly status: string | null
+  readonly ageSeconds: number | null
+}
+
 const bench = Effect.gen(function* () {
   const scope = yield* Scope.make()
   const dir = mkdtempSync(join(tmpdir(), "crm-sync-partner-"))
@@ -229,7 +252,7 @@ const bench = Effect.gen(function* () {
           webhook_port: webhookPort,
           admin_port: adminPort,
           connections: sandbox.tokens.map((token, i) => ({
-            name: `c${String(i + 1).padStart(4, "0")}`,
+            name: connectionName(i),
             base_url: sandbox.baseUrl,
             credential: "personal",
             token,
@@ -302,6 +325,10 @@ const bench = Effect.gen(function* () {
       await Effect.runPromise(Fiber.interrupt(listening))
       // between the first and the last committed page (the end of the runs is seen up to 2 s late)
       const gaps = pageGaps(commits, commits[0] ?? endedAt, (commits.at(-1) ?? endedAt) + 1)
+      const unfinished =
+        doneAt === undefined
+          ? await Effect.runPromise(sql.unsafe<Unfinished>(unfinishedSql(CONNECTIONS))).catch(() => [])
+          : []
       const load = loadavg()[1]!
       const stopping = performance.now()
       daemon.kill("SIGTERM")
@@ -322,7 +349,8 @@ const bench = Effect.gen(function* () {
         listeningAfter,
         load,
         gaps,
-        pages: commits.length
+        pages: commits.length,
+        unfinished
       }
     })
   } finally {
@@ -354,6 +382,18 @@ const figures = [
   `| \`/readyz\` | ${describeProbe(result.readyz)} | p99 ≤ 50 ms | ${met(quantile(result.readyz.latencies, 0.99) <= 50)} |`,
   `| \`/status\` | ${describeProbe(result.status)} | p99 ≤ 200 ms | ${met(quantile(result.status.latencies, 0.99) <= 200)} |`,
   `| SIGTERM to exit, at the end | ${result.sigtermSeconds === undefined ? "**not within 30 s**" : `${result.sigtermSeconds.toFixed(1)} s`} | ≤ 10 s | ${met(result.sigtermSeconds !== undefined && result.sigtermSeconds <= 10)} |`,
+  ...(result.unfinished.length === 0
+    ? []
+    : [
+        "",
+        `First runs not finished at the cap (up to 20): ${result.unfinished
+          .map((u) =>
+            u.status === null
+              ? `${u.name} ${u.job} never started`
+              : `${u.name} ${u.job} ${u.status} for ${u.ageSeconds} s`
+          )
+          .join("; ")}.`
+      ]),
   "",
   `Times from the daemon's spawn; its admin port answered after ${result.listeningAfter.toFixed(1)} s, and the probes sample from then. The machine's 5-minute load average at the end: ${result.load.toFixed(1)} (other work shares its 2 cores). Progress: ${result.timeline.length === 0 ? "done before the first 10-s mark" : result.timeline.join("; ")}.`
 ].join("\n")
