@@ -9,6 +9,7 @@ import { assert, describe, it, layer } from "@effect/vitest"
 import { Effect, Option } from "effect"
 import { toSandboxOptions } from "../src/SandboxCommand.ts"
 import { userTokenOf } from "../src/Auth.ts"
+import { resolveOptions } from "../src/Options.ts"
 import { connectUsers, userTokens } from "../src/testing.ts"
 import { admin, api, sandboxLayer } from "./fixtures.ts"
 
@@ -267,6 +268,17 @@ layer(
         ]
       )
       assert.strictEqual((yield* hit(1, connections[13]!.access_token, "10.3.0.1"))[0]!.status, 200)
+    })
+  )
+})
+
+describe("partner options", () => {
+  it.effect("an overlap outside 0 to 1 is refused, naming the option; recordsPerCompany sets the total", () =>
+    Effect.gen(function* () {
+      const error = yield* Effect.flip(resolveOptions({ overlap: 1.5 }))
+      assert.strictEqual(error.option, "overlap")
+      const resolved = yield* resolveOptions({ companies: 500, recordsPerCompany: 20, records: 7 })
+      assert.strictEqual(resolved.records, 10_000)
     })
   )
 })
