@@ -1,6 +1,7 @@
 /**
  * Partner benchmark (issue 28): `npm run bench -- partner [-- --overlapping] [-- --connections=N]
- * [-- --records=N] [-- --cap=SECONDS] [-- --no-docs]`.
+ * [-- --records=N] [-- --cap=SECONDS] [-- --quick] [-- --no-docs]` (`--quick`: 50 firms, or 10
+ * advisors).
  *
  * One `crm-sync run` (a child process, embedded PostgreSQL) with N personal-token connections to
  * the sandbox (another child process, the spec's hourly limits), from a cold start:
@@ -39,7 +40,8 @@ const argument = (name: string) => {
   return index < 0 ? undefined : process.argv[index + 1]
 }
 const OVERLAPPING = process.argv.includes("--overlapping")
-const CONNECTIONS = Number(argument("--connections") ?? (OVERLAPPING ? 50 : 500))
+const QUICK = process.argv.includes("--quick")
+const CONNECTIONS = Number(argument("--connections") ?? (OVERLAPPING ? (QUICK ? 10 : 50) : QUICK ? 50 : 500))
 const RECORDS = Number(argument("--records") ?? (OVERLAPPING ? 5_000 : 20))
 const CAP_SECONDS = Number(argument("--cap") ?? 360)
 /** The jobs of a personal-token connection whose first runs are awaited (src/sync/SyncJobs.ts). */
