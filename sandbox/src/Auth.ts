@@ -153,8 +153,33 @@ const bootstrapCredentials = (seed: number, world: World) => {
   return { pat, app }
 }
 
-/** Forgets every credential but the bootstrap ones. */
-const install = (state: AuthState, seed: number, world: World) => {
+/** The label of the seeded per-user tokens (`userTokens`). */
+export const USER_TOKEN_LABEL = "user token"
+
+/** The seeded personal access token of `userId` in `companyId` (option `userTokens`). */
+export const userTokenOf = (seed: number, userId: string, companyId: string) =>
+  seededToken(PAT_PREFIX, seed, `user-pat:${userId}:${companyId}`)
+
+/** With `userTokens`, a read-only seeded token per user and company, in user order. */
+const installUserTokens = (state: AuthState, seed: number, world: World) => {
+  for (const user of world.users) {
+    for (const company of user.companies) {
+      const pat: PersonalToken = {
+        id: `pat_${String(++state.patCounter).padStart(8, "0")}`,
+        token: userTokenOf(seed, user.id, world.companies[company]!.id),
+        userId: user.id,
+        company,
+        label: USER_TOKEN_LABEL,
+        canWrite: false,
+        revoked: false
+      }
+      state.pats.set(pat.token, pat)
+    }
+  }
+}
+
+/** Forgets every credential but the bootstrap ones (and the seeded user tokens, when asked for). */
+const install = (state: AuthState, seed: number, world: World, userTokens = false) => {
   state.pats.clear()
   state.apps.clear()
   state.codes.clear()
@@ -166,9 +191,10 @@ const install = (state: AuthState, seed: number, world: World) => {
   state.bootstrap = bootstrapCredentials(seed, world)
   state.pats.set(state.bootstrap.pat.token, state.bootstrap.pat)
   state.apps.set(state.bootstrap.app.clientId, state.bootstrap.app)
+  if (userTokens) installUserTokens(state, seed, world)
 }
 
-const newState = (seed: number, world: World): AuthState => {
+const newState = (seed: number, world: World, userTokens: boolean): AuthState => {
   const state: AuthState = {
     pats: new Map(),
     apps: new Map(),
@@ -180,7 +206,7 @@ const newState = (seed: number, world: World): AuthState => {
     counter: 0,
     patCounter: 1
   }
-  install(state, seed, world)
+  install(state, seed, world, userTokens)
   return state
 }
 
@@ -349,7 +375,7 @@ export class SandboxAuth extends Context.Service<
     Effect.gen(function* () {
       const options = yield* SandboxConfig
       const store = yield* SandboxStore
-      const state = newState(options.seed, yield* store.world)
+      const state = newState(options.seed, yield* store.world, options.userTokens)
       const deps: AuthDeps = { options, clock: yield* SandboxClock, store, state }
       return SandboxAuth.of({
         authenticate: (authorization) => authenticate(deps, authorization),
@@ -400,7 +426,7 @@ export class SandboxAuth extends Context.Service<
           state.approver = user.id
         }),
         reset: Effect.gen(function* () {
-          install(state, options.seed, yield* store.world)
+          install(state, options.seed, yield* store.world, options.userTokens)
         })
       })
     })

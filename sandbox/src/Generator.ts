@@ -146,9 +146,32 @@ const initialsOf = (name: string) =>
     .map((word) => word[0]!.toUpperCase())
     .join("")
 
+/** The default layout: the company's first user is in every book, the others in one or two. */
+const defaultMembers = (options: ResolvedOptions, own: ReadonlyArray<UserRow>, b: number) => {
+  const members = new Set<string>([own[0]!.id])
+  for (let u = 1; u < own.length; u++) {
+    if ((u - 1) % options.booksPerCompany === b || u % options.booksPerCompany === b) members.add(own[u]!.id)
+  }
+  return members
+}
+
 /**
- * `booksPerCompany` books per company. The company's first user is in every book, the others in
- * one or two; even books have one team, odd books both.
+ * A chosen overlap: user `u` is in `max(1, round(overlap × booksPerCompany))` consecutive books
+ * from book `u mod booksPerCompany`, wrapping; book `b` has the users whose run covers it.
+ */
+const overlapMembers = (options: ResolvedOptions, own: ReadonlyArray<UserRow>, b: number) => {
+  const books = options.booksPerCompany
+  const run = Math.max(1, Math.round((options.overlap ?? 1) * books))
+  const members = new Set<string>()
+  for (const [u, user] of own.entries()) {
+    if ((b - (u % books) + books) % books < run) members.add(user.id)
+  }
+  return members
+}
+
+/**
+ * `booksPerCompany` books per company, their members as `defaultMembers` or `overlapMembers`
+ * lay them out; even books have one team, odd books both.
  */
 const buildBooks = (
   options: ResolvedOptions,
@@ -162,10 +185,7 @@ const buildBooks = (
     for (let b = 0; b < options.booksPerCompany; b++) {
       const ordinal = books.length
       const name = b < V.BOOK_NAMES.length ? V.BOOK_NAMES[b]! : `Book ${b + 1}`
-      const members = new Set<string>([own[0]!.id])
-      for (let u = 1; u < own.length; u++) {
-        if ((u - 1) % options.booksPerCompany === b || u % options.booksPerCompany === b) members.add(own[u]!.id)
-      }
+      const members = options.overlap === undefined ? defaultMembers(options, own, b) : overlapMembers(options, own, b)
       // the multi-company user sees only the first book of their second company
       if (company === 1 && b === 0) members.add(users[0]!.id)
       const rng = rngFor(options.seed, "book", ordinal)
@@ -194,11 +214,14 @@ interface Plan {
   readonly booksById: ReadonlyMap<string, BookRow>
   /** The partner's own company's books come first: `ownBooks` of them. */
   readonly ownBooks: number
+  /** Records spread evenly over every book (`recordsPerCompany`), at least one of a kind per book. */
+  readonly even: boolean
 }
 
 /**
  * The book of base record `i`: the first `bookCount` records cover every book once; after
- * that, 90% go to the partner's own company (company 0), where the bootstrap token looks.
+ * that, 90% go to the partner's own company (company 0), where the bootstrap token looks, or,
+ * spread evenly, any book alike.
  */
 const bookOfFor = (plan: Plan, salt: number) => {
   const bookCount = plan.books.length
@@ -206,6 +229,7 @@ const bookOfFor = (plan: Plan, salt: number) => {
   return (index: number) => {
     if (index < bookCount) return index
     const h = hash(plan.seed, salt, index, 1)
+    if (plan.even) return h % bookCount
     return otherBooks === 0 || unit(hash(plan.seed, salt, index, 5)) < OWN_COMPANY_SHARE
       ? h % plan.ownBooks
       : plan.ownBooks + (h % otherBooks)
@@ -252,7 +276,7 @@ const lazyKind = <Row extends { readonly id: string; readonly updated_at: string
     kind: names.kind,
     prefix: names.prefix,
     // at least a few of every kind in every book, however small `records` is
-    baseCount: Math.max(plan.books.length * 4, Math.round(plan.records * names.share)),
+    baseCount: Math.max(plan.books.length * (plan.even ? 1 : 4), Math.round(plan.records * names.share)),
     bookCount: plan.books.length,
     bookOf,
     updatedAtOf: (index) => updatedOf(plan, salt, index),
@@ -274,7 +298,14 @@ export const buildWorld = (options: ResolvedOptions): World => {
   const tags = companies.map((company) =>
     V.TAG_NAMES.map((name, i) => ({ id: ordinalId("tag", company.ordinal * V.TAG_NAMES.length + i), name }))
   )
-  const plan: Plan = { seed, records: options.records, books, booksById, ownBooks: options.booksPerCompany }
+  const plan: Plan = {
+    seed,
+    records: options.records,
+    books,
+    booksById,
+    ownBooks: options.booksPerCompany,
+    even: options.recordsPerCompany !== undefined
+  }
   const kind = <Row extends { readonly id: string; readonly updated_at: string }>(
     name: string,
     prefix: string,

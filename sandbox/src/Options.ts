@@ -77,6 +77,24 @@ export interface SandboxOptions {
   readonly booksPerCompany?: number
   /** Users per company (default 4). */
   readonly usersPerCompany?: number
+  /**
+   * Records per company (a partner's firms): when set, `records` is `companies × recordsPerCompany`
+   * spread evenly over every company instead of 90% in the first, with at least one record of
+   * each kind in every book (instead of four on average).
+   */
+  readonly recordsPerCompany?: number
+  /**
+   * Share of its company's books each user is a member of, from 0 to 1: user `u` of a company
+   * sees `max(1, round(overlap × booksPerCompany))` consecutive books from book `u mod
+   * booksPerCompany` (wrapping). 1: every user sees every book; 0: one book each. Unset: the
+   * default world's layout (the first user in every book, the others in one or two).
+   */
+  readonly overlap?: number
+  /**
+   * One read-only personal access token per user and company, derived from the seed (the same on
+   * every start and after a reset), labelled `user token` (default false).
+   */
+  readonly userTokens?: boolean
 }
 
 export interface ResolvedOptions {
@@ -105,6 +123,10 @@ export interface ResolvedOptions {
   readonly companies: number
   readonly booksPerCompany: number
   readonly usersPerCompany: number
+  /** Set when records are spread evenly over the companies (`records` is then their total). */
+  readonly recordsPerCompany: number | undefined
+  readonly overlap: number | undefined
+  readonly userTokens: boolean
 }
 
 export const defaultLimits: RateLimits = {
@@ -168,16 +190,31 @@ const signedMillisOf = Effect.fnUntraced(function* (input: DurationInput | undef
   return yield* millisOf(input, 0, option)
 })
 
+const overlapOf = Effect.fnUntraced(function* (value: number | undefined) {
+  if (value !== undefined && !(value >= 0 && value <= 1)) {
+    return yield* new SandboxOptionsError({ option: "overlap", message: `expected 0 to 1, got ${String(value)}` })
+  }
+  return value
+})
+
 /** Applies the defaults and checks every option. */
 export const resolveOptions = Effect.fn("SandboxOptions.resolve")(function* (options: SandboxOptions = {}) {
   const retrySchedule: Array<number> = []
   for (const [i, delay] of (options.webhookRetrySchedule ?? defaultRetrySchedule).entries()) {
     retrySchedule.push(yield* millisOf(delay, delay, `webhookRetrySchedule[${i}]`))
   }
+  const companies = yield* integerOf(options.companies, 3, "companies")
+  const recordsPerCompany =
+    options.recordsPerCompany === undefined
+      ? undefined
+      : yield* integerOf(options.recordsPerCompany, 0, "recordsPerCompany")
   const resolved: ResolvedOptions = {
     port: yield* integerOf(options.port, 0, "port", 0),
     host: options.host ?? "127.0.0.1",
-    records: yield* integerOf(options.records, 1000, "records"),
+    records:
+      recordsPerCompany === undefined
+        ? yield* integerOf(options.records, 1000, "records")
+        : companies * recordsPerCompany,
     seed: yield* integerOf(options.seed, 1, "seed", 0),
     windowMs: yield* millisOf(options.window, "1 hour", "window"),
     limits: {
@@ -201,9 +238,12 @@ export const resolveOptions = Effect.fn("SandboxOptions.resolve")(function* (opt
     logSize: yield* integerOf(options.logSize, 10_000, "logSize"),
     clientIpHeader:
       options.clientIpHeader === false ? undefined : (options.clientIpHeader ?? "x-sandbox-client-ip").toLowerCase(),
-    companies: yield* integerOf(options.companies, 3, "companies"),
+    companies,
     booksPerCompany: yield* integerOf(options.booksPerCompany, 3, "booksPerCompany"),
-    usersPerCompany: yield* integerOf(options.usersPerCompany, 4, "usersPerCompany", 2)
+    usersPerCompany: yield* integerOf(options.usersPerCompany, 4, "usersPerCompany", 2),
+    recordsPerCompany,
+    overlap: yield* overlapOf(options.overlap),
+    userTokens: options.userTokens ?? false
   }
   return resolved
 })

@@ -19,7 +19,17 @@ export interface SandboxCommandInput {
   readonly debounce: string
   readonly webhookHeaderPrefix: "hook" | "webhook" | "svix"
   readonly adminToken: Option.Option<string>
+  readonly companies?: Option.Option<number>
+  readonly booksPerCompany?: Option.Option<number>
+  readonly usersPerCompany?: Option.Option<number>
+  readonly recordsPerCompany?: Option.Option<number>
+  readonly overlap?: Option.Option<number>
+  readonly userTokens?: boolean
 }
+
+/** `{ [key]: value }` when the flag was given, `{}` otherwise. */
+const given = <K extends string, A>(key: K, value: Option.Option<A> | undefined): { readonly [P in K]?: A } =>
+  value !== undefined && Option.isSome(value) ? ({ [key]: value.value } as { readonly [P in K]?: A }) : {}
 
 export const toSandboxOptions = (input: SandboxCommandInput): SandboxOptions => ({
   port: input.port,
@@ -29,7 +39,13 @@ export const toSandboxOptions = (input: SandboxCommandInput): SandboxOptions => 
   window: input.window,
   debounce: input.debounce,
   webhookHeaderPrefix: input.webhookHeaderPrefix,
-  ...(Option.isSome(input.adminToken) ? { adminToken: input.adminToken.value } : {})
+  ...(Option.isSome(input.adminToken) ? { adminToken: input.adminToken.value } : {}),
+  ...given("companies", input.companies),
+  ...given("booksPerCompany", input.booksPerCompany),
+  ...given("usersPerCompany", input.usersPerCompany),
+  ...given("recordsPerCompany", input.recordsPerCompany),
+  ...given("overlap", input.overlap),
+  ...(input.userTokens === true ? { userTokens: true } : {})
 })
 
 /** Starts the sandbox and keeps it up until the process is interrupted. */
@@ -66,6 +82,11 @@ export const runSandbox = Effect.fn("SandboxCommand.run")(function* (input: Sand
         `    authorize     ${authorize.toString().replace(/%3C.*%3E/, "<S256 challenge>")}`,
         `    token         ${baseUrl}/oauth/token`,
         `  admin API:      ${baseUrl}/_sandbox${sandbox.options.adminToken === undefined ? "" : " (bearer admin token required)"}`,
+        ...(sandbox.options.userTokens
+          ? [
+              `  user tokens:    one per user and company (${sandbox.options.companies} companies): GET ${baseUrl}/_sandbox/tokens`
+            ]
+          : []),
         ``,
         `  try: curl -H "Authorization: Bearer ${credentials.personalAccessToken}" "${baseUrl}/v1/financial_accounts?per_page=100&page=2"`
       ].join("\n")

@@ -37,6 +37,29 @@ const flags = {
     Flag.withDescription("Prefix of the webhook signature headers (default: hook)"),
     Flag.withDefault("hook")
   ),
+  companies: Flag.Int("companies").pipe(
+    Flag.withDescription("Number of companies (a partner's firms; default: 3)"),
+    Flag.optional
+  ),
+  booksPerCompany: Flag.Int("books-per-company").pipe(
+    Flag.withDescription("Books per company (default: 3)"),
+    Flag.optional
+  ),
+  usersPerCompany: Flag.Int("users-per-company").pipe(
+    Flag.withDescription("Users per company, at least 2 (default: 4)"),
+    Flag.optional
+  ),
+  recordsPerCompany: Flag.Int("records-per-company").pipe(
+    Flag.withDescription("Records per company, spread evenly over every company (replaces --records)"),
+    Flag.optional
+  ),
+  overlap: Flag.Finite("overlap").pipe(
+    Flag.withDescription("Share of its company's books each user sees, 0 to 1 (1: all; 0: one each)"),
+    Flag.optional
+  ),
+  userTokens: Flag.Boolean("user-tokens").pipe(
+    Flag.withDescription("One seeded read-only personal token per user (GET /_sandbox/tokens lists them)")
+  ),
   adminToken: Flag.String("admin-token").pipe(
     Flag.withDescription("Require this bearer token on the /_sandbox admin API"),
     Flag.optional
@@ -56,6 +79,11 @@ export const makeSandboxCommand = () =>
     ),
     Command.withExamples([
       { command: "crm-sync sandbox --records 100000", description: "100k generated records on port 4010" },
-      { command: "crm-sync sandbox --port 0 --window 10s", description: "a free port and 10-second rate windows" }
+      { command: "crm-sync sandbox --port 0 --window 10s", description: "a free port and 10-second rate windows" },
+      {
+        command:
+          "crm-sync sandbox --companies 500 --books-per-company 1 --users-per-company 2 --records-per-company 20 --user-tokens",
+        description: "a partner's 500 firms, a token per user"
+      }
     ])
   )

@@ -13,8 +13,8 @@ import { FetchHttpClient, HttpClient, HttpClientRequest, HttpServerRequest, Http
 import { createHash, randomBytes } from "node:crypto"
 import { createServer } from "node:http"
 import { Webhook } from "standardwebhooks"
-import type { SandboxAdmin } from "./Admin.ts"
-import type { TokenResponse } from "./Auth.ts"
+import type { SandboxAdmin, TokenInfo } from "./Admin.ts"
+import { type TokenResponse, USER_TOKEN_LABEL } from "./Auth.ts"
 import { parseJsonOption } from "./Http.ts"
 import type { WebhookHeaderPrefix } from "./Options.ts"
 import { matchesFilter, type RequestFilter, type RequestLogEntry } from "./RequestLog.ts"
@@ -78,6 +78,46 @@ export const call = Effect.fn("sandbox.testing.call")(function* (
 
 /** The HTTP client the helpers expect, for tests that do not provide one. */
 export const httpClientLayer: Layer.Layer<HttpClient.HttpClient> = FetchHttpClient.layer
+
+// ---------------------------------------------------------------------------------------------
+// Users' tokens
+
+/**
+ * The seeded personal tokens of option `userTokens`, one per user and company, in user order
+ * (the first user, a member of two companies, has two): `{ id, token, user_id, company_id, … }`.
+ */
+export const userTokens = (admin: Admin): Effect.Effect<ReadonlyArray<TokenInfo>> =>
+  Effect.map(admin.tokens, (tokens) => tokens.filter((token) => token.label === USER_TOKEN_LABEL && !token.revoked))
+
+/** An OAuth user's connection made by `connectUsers`: who, which company, its token pair. */
+export interface UserConnection {
+  readonly user_id: string
+  readonly company_id: string
+  readonly tokens: TokenResponse
+}
+
+/**
+ * OAuth users: a token pair of app `clientId` for every user and company the filter keeps (all by
+ * default), in user order, without the browser step (`admin.connect`; an app in `sandbox` mode
+ * reaches only its owner's company: register it with `mode: "production"` to play many firms).
+ */
+export const connectUsers = Effect.fn("sandbox.testing.connectUsers")(function* (
+  admin: Admin,
+  clientId: string,
+  keep: (user: { readonly user_id: string; readonly company_id: string }) => boolean = () => true
+) {
+  const state = yield* admin.state
+  const pairs = state.users
+    .filter((user) => user.active)
+    .flatMap((user) => user.company_ids.map((company) => ({ user_id: user.id, company_id: company })))
+    .filter(keep)
+  return yield* Effect.forEach(pairs, (pair) =>
+    Effect.map(
+      admin.connect({ clientId, userId: pair.user_id, companyId: pair.company_id }),
+      (tokens): UserConnection => ({ ...pair, tokens })
+    )
+  )
+})
 
 // ---------------------------------------------------------------------------------------------
 // Request log
