@@ -84,11 +84,16 @@ const record =
         UPDATE crm_sync.job_runs SET status = 'interrupted', finished_at = now(), error = ${ORPHANED}
         WHERE status = 'running'
           AND ((job = ${job} AND connection IS NOT DISTINCT FROM ${connection}) OR lease = ${lease})`
-      const [row] = yield* sql<{ id: number }>`
-        INSERT INTO crm_sync.job_runs (job, connection, detail, lease)
-        VALUES (${job}, ${connection}, ${JSON.stringify(initialDetail)}::jsonb, ${lease}) RETURNING id::int AS id`
-      const id = row!.id
-      return yield* effect.pipe(Effect.onExit((exit) => closeRun(sql, job, id, exit)))
+      // The row and its close go together: an interruption (SIGTERM) between the insert and the
+      // run would leave the row `running` for good.
+      return yield* Effect.uninterruptibleMask((restore) =>
+        Effect.flatMap(
+          sql<{ id: number }>`
+            INSERT INTO crm_sync.job_runs (job, connection, detail, lease)
+            VALUES (${job}, ${connection}, ${JSON.stringify(initialDetail)}::jsonb, ${lease}) RETURNING id::int AS id`,
+          ([row]) => restore(effect).pipe(Effect.onExit((exit) => closeRun(sql, job, row!.id, exit)))
+        )
+      )
     }).pipe(Effect.withSpan("JobRuns.record", { attributes: { job, connection } }))
 
 const lastSucceeded = (sql: SqlClient) =>
