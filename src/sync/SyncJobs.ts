@@ -337,5 +337,11 @@ export const HistoryPruneLive = Layer.effectDiscard(
   })
 ).pipe(Layer.provide(SyncServicesLive))
 
-/** All read-sync jobs of the daemon, the subscription check, the orphan sweep and the history prune. */
-export const SyncJobsLive = Layer.mergeAll(SchedulerLive, SubscriptionRecheckLive, OrphanSweepLive, HistoryPruneLive)
+/**
+ * All read-sync jobs of the daemon (one scheduler), the re-check of a refused grant's subscription,
+ * the orphan sweep and the history prune. The re-check is built first: it listens for refusals
+ * before any job runs, so none found meanwhile is missed.
+ */
+export const SyncJobsLive = Layer.mergeAll(SchedulerLive, OrphanSweepLive, HistoryPruneLive).pipe(
+  Layer.provide(SubscriptionRecheckLive)
+)
