@@ -235,7 +235,12 @@ const Sync = Schema.Struct({
    * How long the history of job runs (`crm_sync.job_runs`) is kept: every `schedules.prune`, runs
    * that finished longer ago go, except each job's latest run and latest success and backfills'.
    */
-  history_retention: withDefault(DurationBetween("1 day", "3650 days", "90 days"), "90 days")
+  history_retention: withDefault(DurationBetween("1 day", "3650 days", "90 days"), "90 days"),
+  /**
+   * How many scheduled jobs (polls, crawls, reference refreshes, subscription checks) a process
+   * runs at once, whatever the number of connections: the size of the scheduler's worker pool.
+   */
+  workers: withDefault(PositiveInt.check(Schema.isLessThanOrEqualTo(64)), 4)
 })
 
 const Outbound = Schema.Struct({

@@ -84,11 +84,16 @@ const record =
         UPDATE crm_sync.job_runs SET status = 'interrupted', finished_at = now(), error = ${ORPHANED}
         WHERE status = 'running'
           AND ((job = ${job} AND connection IS NOT DISTINCT FROM ${connection}) OR lease = ${lease})`
-      const [row] = yield* sql<{ id: number }>`
-        INSERT INTO crm_sync.job_runs (job, connection, detail, lease)
-        VALUES (${job}, ${connection}, ${JSON.stringify(initialDetail)}::jsonb, ${lease}) RETURNING id::int AS id`
-      const id = row!.id
-      return yield* effect.pipe(Effect.onExit((exit) => closeRun(sql, job, id, exit)))
+      // The row and its close go together: an interruption (SIGTERM) between the insert and the
+      // run would leave the row `running` for good.
+      return yield* Effect.uninterruptibleMask((restore) =>
+        Effect.flatMap(
+          sql<{ id: number }>`
+            INSERT INTO crm_sync.job_runs (job, connection, detail, lease)
+            VALUES (${job}, ${connection}, ${JSON.stringify(initialDetail)}::jsonb, ${lease}) RETURNING id::int AS id`,
+          ([row]) => restore(effect).pipe(Effect.onExit((exit) => closeRun(sql, job, row!.id, exit)))
+        )
+      )
     }).pipe(Effect.withSpan("JobRuns.record", { attributes: { job, connection } }))
 
 const lastSucceeded = (sql: SqlClient) =>
@@ -126,6 +131,28 @@ const dueIn = (sql: SqlClient) =>
       WHERE job = ANY(${jobs}::text[]) AND connection = ${connection} AND status = 'succeeded'`
     const [row] = yield* Schema.decodeUnknownEffect(DueRows)(rows)
     return Math.max(0, Math.ceil(row?.due_ms ?? 0))
+  })
+
+const SinceRows = Schema.Array(
+  Schema.Struct({ job: Schema.String, connection: Schema.String, ago_ms: Schema.NullOr(Schema.Number) })
+)
+
+const lastSuccesses = (sql: SqlClient) =>
+  Effect.fn("JobRuns.lastSuccesses")(function* (
+    pairs: ReadonlyArray<{ readonly job: string; readonly connection: string }>
+  ) {
+    const rows = yield* sql`
+      SELECT p.job, p.connection, (extract(epoch FROM now() - s.finished_at) * 1000)::float8 AS ago_ms
+      FROM unnest(${pairs.map((pair) => pair.job)}::text[], ${pairs.map((pair) => pair.connection)}::text[])
+        AS p(job, connection)
+      LEFT JOIN LATERAL (
+        SELECT max(r.finished_at) AS finished_at FROM crm_sync.job_runs r
+        WHERE r.job = p.job AND r.connection = p.connection AND r.status = 'succeeded'
+      ) AS s ON true`
+    const decoded = yield* Schema.decodeUnknownEffect(SinceRows)(rows)
+    const ago = new Map<string, number>()
+    for (const row of decoded) if (row.ago_ms !== null) ago.set(`${row.connection}\u0000${row.job}`, row.ago_ms)
+    return ago
   })
 
 const backfilledSince = (sql: SqlClient) =>
@@ -223,6 +250,13 @@ export class JobRuns extends Context.Service<
       every: Duration.Duration
     ) => Effect.Effect<number, SqlError | Schema.SchemaError>
     /**
+     * For each (job, connection) that ever succeeded, how long ago (milliseconds, on the database's
+     * clock) its latest success finished, keyed `connection + "\u0000" + job`: the scheduler's start.
+     */
+    readonly lastSuccesses: (
+      pairs: ReadonlyArray<{ readonly job: string; readonly connection: string }>
+    ) => Effect.Effect<ReadonlyMap<string, number>, SqlError | Schema.SchemaError>
+    /**
      * The `connection/resource` pairs a backfill of `selection` finished since the last backfill
      * of that selection that succeeded (none when that was the last one): what a resumed backfill
      * skips.
@@ -251,6 +285,7 @@ export class JobRuns extends Context.Service<
         closeOrphans: closeOrphans(sql),
         runningLeases: runningLeases(sql),
         dueIn: dueIn(sql),
+        lastSuccesses: lastSuccesses(sql),
         backfilledSince: backfilledSince(sql),
         prune: prune(sql),
         lastStarted: lastStarted(sql),

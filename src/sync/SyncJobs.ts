@@ -1,9 +1,10 @@
 /**
  * The read-sync jobs of `crm-sync run`, for every configured connection: the business poll, the
  * crawls of annuity contracts and financial accounts, the business crawl (the only way business
- * deletions show), the reference refresh and the subscription check. Each is a background loop
- * (`Layer.effectDiscard` with one `forkScoped` loop per job) that never dies of a job's failure;
- * every run is a row in `crm_sync.job_runs`, taken under the resource's lease.
+ * deletions show), the reference refresh and the subscription check. The daemon runs them all on
+ * one scheduler (`SchedulerLive`; Scheduler.ts: a fixed pool of `sync.workers` workers, most
+ * overdue first) that never dies of a job's failure; every run is a row in `crm_sync.job_runs`,
+ * taken under the resource's lease.
  */
 import * as Cause from "effect/Cause"
 import * as Duration from "effect/Duration"
@@ -11,33 +12,22 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as PubSub from "effect/PubSub"
-import * as Schema from "effect/Schema"
 import { SqlClient } from "effect/sql/SqlClient"
-import type { SqlError } from "effect/sql/SqlError"
 import { AppConfig } from "../config/AppConfig.ts"
-import { isDatabaseDefect } from "../warehouse/DatabaseCause.ts"
 import { CrmClient, type CrmClientShape } from "../crm/CrmClient.ts"
 import { Credentials } from "../crm/Credentials.ts"
 import * as Metrics from "../observability/Metrics.ts"
 import { BusinessPoller } from "./BusinessPoller.ts"
 import { CrawlRuns } from "./CrawlRuns.ts"
 import { Cursors } from "./Cursors.ts"
-import { businessCrawlLease, JobLease, type LeaseError, resourceLease } from "./JobLease.ts"
-import { describeFailure, type JobOutcome, JobRuns, ORPHANED } from "./JobRuns.ts"
+import { businessCrawlLease, JobLease, resourceLease } from "./JobLease.ts"
+import { type JobOutcome, JobRuns, ORPHANED } from "./JobRuns.ts"
 import { type CrawlResource, PageCrawler } from "./PageCrawler.ts"
 import * as Subscriptions from "../webhooks/Subscriptions.ts"
 import { ReferenceSync } from "./ReferenceSync.ts"
-import { type SyncError, toSyncError } from "./SyncError.ts"
+import { runScheduler, type ScheduledJob } from "./Scheduler.ts"
+import { toSyncError } from "./SyncError.ts"
 
-/** After a failed run, the job is tried again after its interval or this, whichever is shorter. */
-const RETRY_AFTER_FAILURE = Duration.minutes(10)
-/**
- * When the database failed (it restarted, or is unreachable), the job asks again sooner: after 5 s,
- * doubling per failure in a row up to this, so that it resumes within a minute of its return.
- */
-const RETRY_DATABASE_MAX = Duration.seconds(30)
-/** When another process holds the job's lease, ask again after this (or the interval, if shorter). */
-const RETRY_WHEN_BUSY = Duration.minutes(1)
 /** How often the daemon looks for runs whose holder died (see `OrphanSweepLive`). */
 const ORPHAN_SWEEP_EVERY = Duration.seconds(30)
 
@@ -56,119 +46,11 @@ export const SyncServicesLive = Layer.mergeAll(BusinessPoller.layer, ReferenceSy
   Layer.provideMerge(Layer.mergeAll(CrawlRuns.layer, Cursors.layer, JobRuns.layer, JobLease.layer))
 )
 
-interface ScheduledJob {
-  readonly job: string
-  readonly connection: string
-  readonly interval: Duration.Duration
-  readonly lease: string
-  /** Other job names whose success also counts as a run of this one (a backfill's crawl). */
-  readonly alsoCounts: ReadonlyArray<string>
-  readonly run: Effect.Effect<JobOutcome, SyncError>
-}
-
-/** Milliseconds until the job is due (0 if it is, or never ran), on the database's clock. */
-const dueIn = (job: ScheduledJob) =>
-  Effect.flatMap(JobRuns, (jobRuns) => jobRuns.dueIn([job.job, ...job.alsoCounts], job.connection, job.interval))
-
-/** Whether a job's failure was the database's (a restart, an outage), not the CRM's or a bug's. */
-const isDatabaseFailure = (failure: SyncError | LeaseError | SqlError | Schema.SchemaError): boolean =>
-  failure._tag === "SyncError" ? failure.reason._tag === "Database" : failure._tag !== "SchemaError"
-
-/**
- * The loop of one job: wait until due, run under the lease, record, repeat; never fails.
- *
- * A job is due `interval` after its last successful run as `crm_sync.job_runs` records it (on the
- * database's clock), so a restarted daemon does not crawl again at once, and a run another replica
- * made counts. A due job runs under its resource's lease (JobLease), which is also where it is
- * asked once more whether it is still due (a replica may have just run it); when another process
- * holds the lease (another replica, a backfill) the turn is skipped and tried a minute later. A
- * failed run is retried after at most 10 minutes, or within 30 s when it was the database that
- * failed (a failed crawl resumes where it stopped).
- *
- * On SIGTERM the layer's scope closes and the loops are interrupted: a request in flight is
- * abandoned, the page being written commits (page writes are uninterruptible), the lease is
- * released, the job's row says `interrupted`, and an interrupted crawl resumes at the next start.
- */
-const loop = (job: ScheduledJob) =>
-  Effect.gen(function* () {
-    const leases = yield* JobLease
-    const jobRuns = yield* JobRuns
-    const busyWait = Duration.min(job.interval, RETRY_WHEN_BUSY)
-    const failureWait = Duration.min(job.interval, RETRY_AFTER_FAILURE)
-    let databaseFailures = 0
-    /** The wait after a database failure: 5 s, 10 s, 20 s, then RETRY_DATABASE_MAX. */
-    const databaseWait = () => {
-      databaseFailures += 1
-      return Duration.min(Duration.seconds(5 * 2 ** Math.min(databaseFailures - 1, 3)), RETRY_DATABASE_MAX)
-    }
-
-    /** One turn; returns how long to wait before the next look at the schedule. */
-    const turn = Effect.gen(function* () {
-      // Due is asked again under the lease: another replica may have just run the job.
-      const outcome = yield* Effect.result(
-        leases.tryRun(
-          job.lease,
-          Effect.flatMap(dueIn(job), (due) =>
-            due > 0
-              ? Effect.succeed("not due" as const)
-              : Effect.as(jobRuns.record(job.job, job.connection, job.run), "ran" as const)
-          )
-        )
-      )
-      if (outcome._tag === "Failure") {
-        const wait = isDatabaseFailure(outcome.failure) ? databaseWait() : failureWait
-        yield* Effect.logWarning("sync job failed; it will be tried again").pipe(
-          Effect.annotateLogs({ error: outcome.failure.message, retry_in_seconds: Duration.toSeconds(wait) })
-        )
-        return wait
-      }
-      databaseFailures = 0
-      if (outcome.success._tag === "None") {
-        yield* Effect.logDebug("sync job: another process holds the lease; skipping this turn")
-        return busyWait
-      }
-      return Duration.zero
-    }).pipe(
-      // A defect is a bug, but one bad run must not stop the job for the daemon's lifetime.
-      Effect.catchCause((cause) =>
-        Cause.hasInterruptsOnly(cause)
-          ? Effect.failCause(cause)
-          : isDatabaseDefect(cause)
-            ? Effect.sync(databaseWait).pipe(
-                Effect.tap((wait) =>
-                  Effect.logWarning("sync job lost its database; it will be tried again").pipe(
-                    Effect.annotateLogs({ error: describeFailure(cause), retry_in_seconds: Duration.toSeconds(wait) })
-                  )
-                )
-              )
-            : Effect.as(Effect.logError("sync job crashed; it will be tried again", cause), failureWait)
-      )
-    )
-
-    while (true) {
-      // The schedule lives in the database: while it cannot be read, ask again soon.
-      const due = yield* dueIn(job).pipe(Effect.catch(() => Effect.sync(() => Duration.toMillis(databaseWait()))))
-      if (due > 0) yield* Effect.sleep(Duration.millis(due))
-      const wait = yield* turn
-      if (Duration.isGreaterThan(wait, Duration.zero)) yield* Effect.sleep(wait)
-    }
-  }).pipe(Effect.annotateLogs({ job: job.job, connection: job.connection }))
-
 /** One client per configured connection (the config was validated when it was loaded). */
 const clients = Effect.gen(function* () {
   const config = yield* AppConfig
   return yield* Effect.forEach(config.connections, (connection) => CrmClient.make(connection.name).pipe(Effect.orDie))
 })
-
-const startAll = (jobs: ReadonlyArray<ScheduledJob>) =>
-  Effect.gen(function* () {
-    for (const job of jobs) {
-      yield* Effect.logInfo("sync job scheduled").pipe(
-        Effect.annotateLogs({ job: job.job, connection: job.connection, every: Duration.format(job.interval) })
-      )
-      yield* Effect.forkScoped(loop(job))
-    }
-  })
 
 const pollJob = (client: CrmClientShape, interval: Duration.Duration) =>
   Effect.gen(function* () {
@@ -280,41 +162,66 @@ const subscriptionJob = (client: CrmClientShape, interval: Duration.Duration) =>
     } satisfies ScheduledJob
   })
 
-/** The business poll of every connection, every `schedules.businesses`. */
-export const BusinessPollerLive = Layer.effectDiscard(
-  Effect.gen(function* () {
-    const config = yield* AppConfig
-    const jobs = yield* Effect.forEach(yield* clients, (client) => pollJob(client, config.schedules.businesses))
-    yield* startAll(jobs)
-  })
-).pipe(Layer.provide(SyncServicesLive))
+/** The business poll of a connection, every `schedules.businesses`. */
+const pollJobs = (client: CrmClientShape) =>
+  Effect.flatMap(AppConfig, (config) => Effect.all([pollJob(client, config.schedules.businesses)]))
 
 /**
- * The annuity-contract and financial-account crawls of every connection, every `schedules.crawl`,
- * and the business crawl, every `schedules.business_crawl`.
+ * The annuity-contract and financial-account crawls of a connection, every `schedules.crawl`, and
+ * its business crawl, every `schedules.business_crawl`.
  */
-export const CrawlSchedulerLive = Layer.effectDiscard(
-  Effect.gen(function* () {
-    const config = yield* AppConfig
-    const jobs = yield* Effect.forEach(yield* clients, (client) =>
-      Effect.all([
-        crawlJob(client, "annuity_contracts", config.schedules.crawl),
-        crawlJob(client, "financial_accounts", config.schedules.crawl),
-        businessCrawlJob(client, config.schedules.business_crawl)
-      ])
-    )
-    yield* startAll(jobs.flat())
-  })
-).pipe(Layer.provide(SyncServicesLive))
+const crawlJobs = (client: CrmClientShape) =>
+  Effect.flatMap(AppConfig, (config) =>
+    Effect.all([
+      crawlJob(client, "annuity_contracts", config.schedules.crawl),
+      crawlJob(client, "financial_accounts", config.schedules.crawl),
+      businessCrawlJob(client, config.schedules.business_crawl)
+    ])
+  )
 
-/** The reference refresh (me, books, users, teams, project templates), every `schedules.reference`. */
-export const ReferenceSchedulerLive = Layer.effectDiscard(
-  Effect.gen(function* () {
-    const config = yield* AppConfig
-    const jobs = yield* Effect.forEach(yield* clients, (client) => referenceJob(client, config.schedules.reference))
-    yield* startAll(jobs)
-  })
-).pipe(Layer.provide(SyncServicesLive))
+/** The reference refresh of a connection (me, books, users, teams, project templates), every `schedules.reference`. */
+const referenceJobs = (client: CrmClientShape) =>
+  Effect.flatMap(AppConfig, (config) => Effect.all([referenceJob(client, config.schedules.reference)]))
+
+/** The webhook subscription check of an OAuth connection, every `schedules.subscription_check`. */
+const subscriptionJobs = (client: CrmClientShape) =>
+  client.connection.credential === "oauth"
+    ? Effect.flatMap(AppConfig, (config) => Effect.all([subscriptionJob(client, config.schedules.subscription_check)]))
+    : Effect.succeed([])
+
+/** What making a connection's jobs needs. */
+type JobServices = AppConfig | BusinessPoller | PageCrawler | Cursors | ReferenceSync | SqlClient
+
+type JobsOf = (client: CrmClientShape) => Effect.Effect<ReadonlyArray<ScheduledJob>, never, JobServices>
+
+/** A scheduler (Scheduler.ts: one pool of `sync.workers`) of the jobs `kinds` make for every connection. */
+const scheduled = (...kinds: ReadonlyArray<JobsOf>) =>
+  Layer.effectDiscard(
+    Effect.gen(function* () {
+      const jobs = yield* Effect.forEach(yield* clients, (client) =>
+        Effect.map(
+          Effect.forEach(kinds, (kind) => kind(client)),
+          (lists) => lists.flat()
+        )
+      )
+      yield* runScheduler(jobs.flat())
+    })
+  ).pipe(Layer.provide(SyncServicesLive))
+
+/** The business poll of every connection alone, on a scheduler of its own (tests). */
+export const BusinessPollerLive = scheduled(pollJobs)
+
+/** The crawls of every connection alone, on a scheduler of its own (tests). */
+export const CrawlSchedulerLive = scheduled(crawlJobs)
+
+/** The reference refresh of every connection alone, on a scheduler of its own (tests). */
+export const ReferenceSchedulerLive = scheduled(referenceJobs)
+
+/**
+ * The daemon's one scheduler: every connection's poll, crawls, reference refresh and (OAuth)
+ * subscription check on one pool of `sync.workers` workers.
+ */
+export const SchedulerLive = scheduled(pollJobs, crawlJobs, referenceJobs, subscriptionJobs)
 
 /**
  * The subscription check of a connection whose grant this process just found refused, at once
@@ -348,18 +255,14 @@ export const recheckOnRefusal = (
   })
 
 /**
- * The webhook subscription check of every OAuth connection, every `schedules.subscription_check`,
- * and at once when this process finds a connection's grant refused.
+ * The re-check of an OAuth connection's webhook subscription as soon as this process finds its
+ * grant refused (the scheduled checks run on the scheduler).
  */
-export const SubscriptionCheckLive = Layer.effectDiscard(
+export const SubscriptionRecheckLive = Layer.effectDiscard(
   Effect.gen(function* () {
-    const config = yield* AppConfig
     const oauth = (yield* clients).filter((client) => client.connection.credential === "oauth")
-    const jobs = yield* Effect.forEach(oauth, (client) => subscriptionJob(client, config.schedules.subscription_check))
-    // Subscribed before any job runs, so no refusal found meanwhile is missed.
     const refusals = yield* (yield* Credentials).refusals
     yield* Effect.forkScoped(recheckOnRefusal(oauth, refusals))
-    yield* startAll(jobs)
   })
 ).pipe(Layer.provide(SyncServicesLive))
 
@@ -434,12 +337,11 @@ export const HistoryPruneLive = Layer.effectDiscard(
   })
 ).pipe(Layer.provide(SyncServicesLive))
 
-/** All read-sync jobs of the daemon, the subscription check, the orphan sweep and the history prune. */
-export const SyncJobsLive = Layer.mergeAll(
-  BusinessPollerLive,
-  CrawlSchedulerLive,
-  ReferenceSchedulerLive,
-  SubscriptionCheckLive,
-  OrphanSweepLive,
-  HistoryPruneLive
+/**
+ * All read-sync jobs of the daemon (one scheduler), the re-check of a refused grant's subscription,
+ * the orphan sweep and the history prune. The re-check is built first: it listens for refusals
+ * before any job runs, so none found meanwhile is missed.
+ */
+export const SyncJobsLive = Layer.mergeAll(SchedulerLive, OrphanSweepLive, HistoryPruneLive).pipe(
+  Layer.provide(SubscriptionRecheckLive)
 )

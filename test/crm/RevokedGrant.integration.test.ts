@@ -123,7 +123,7 @@ layer(Stack, { excludeTestServices: true, timeout: 60_000 })("a revoked grant", 
       const client = yield* CrmClient
       yield* connectFirm
       const subscribed = yield* subscribe("firm")
-      // The daemon's re-check, listening as SubscriptionCheckLive does.
+      // The daemon's re-check, listening as SubscriptionRecheckLive does.
       const refusals = yield* (yield* Credentials).refusals
       yield* Effect.forkScoped(recheckOnRefusal([client], refusals))
 

@@ -1,0 +1,124 @@
+/**
+ * The daemon's scheduler (SyncJobs): one per process, a fixed pool of `sync.workers` workers. With
+ * thirty connections and two workers, never more than two jobs run at once (every run that opens
+ * in `crm_sync.job_runs` is counted against the runs still open, by a trigger: no sampling), every
+ * connection's first job goes before any connection's second (round-robin), and every first run
+ * completes. With one worker, due jobs run most overdue first, whatever the order of the config.
+ */
+import { assert, layer } from "@effect/vitest"
+import { Effect, Exit, Layer, Scope } from "effect"
+import { SqlClient } from "effect/sql/SqlClient"
+import { BusinessPollerLive, SyncJobsLive } from "../../src/sync/SyncJobs.ts"
+import { harness } from "./harness.ts"
+
+const options = { timeout: 240_000, excludeTestServices: true } as const
+
+/** Waits (polling the database) until `query` returns true. */
+const until = <E, R>(query: Effect.Effect<boolean, E, R>) =>
+  Effect.gen(function* () {
+    while (!(yield* query)) yield* Effect.sleep("50 millis")
+  })
+
+/** Starts `daemon` in a scope of its own; closing the scope is the SIGTERM. */
+const start = <A, E, R>(daemon: Layer.Layer<A, E, R>) =>
+  Effect.gen(function* () {
+    const scope = yield* Scope.make()
+    yield* Layer.buildWithScope(daemon, scope)
+    return scope
+  })
+
+/**
+ * Each run opened in `crm_sync.job_runs` notes how many runs were open at that moment, itself
+ * included (a test-only table and trigger: the runs of a job are what an operator sees running).
+ */
+const countOpenRuns = Effect.gen(function* () {
+  const sql = yield* SqlClient
+  yield* sql`CREATE TABLE public.open_runs_seen (open int NOT NULL)`
+  yield* sql.unsafe(`
+    CREATE FUNCTION public.note_open_runs() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      INSERT INTO public.open_runs_seen
+        SELECT count(*) FROM crm_sync.job_runs WHERE status = 'running';
+      RETURN NULL;
+    END $$`)
+  yield* sql.unsafe(`
+    CREATE TRIGGER note_open_runs AFTER INSERT ON crm_sync.job_runs
+    FOR EACH ROW EXECUTE FUNCTION public.note_open_runs()`)
+})
+
+const others = Array.from({ length: 29 }, (_, i) => `c${String(i + 1).padStart(2, "0")}`)
+const JOBS_PER_CONNECTION = ["poll:businesses", "crawl:annuity_contracts", "crawl:financial_accounts", "reference"]
+
+layer(
+  harness({
+    sandbox: { records: 100 },
+    alsoConnections: others,
+    config: { sync: { workers: 2 } }
+  }),
+  options
+)("thirty connections, two workers", (it) => {
+  it.effect("never runs more than two jobs at once, takes connections in turn, and completes every first run", () =>
+    Effect.gen(function* () {
+      const sql = yield* SqlClient
+      yield* countOpenRuns
+      const firstRunsDone = Effect.map(
+        sql<{ n: number }>`
+          SELECT count(DISTINCT (job, connection))::int AS n FROM crm_sync.job_runs
+          WHERE status = 'succeeded' AND job = ANY(${JOBS_PER_CONNECTION}::text[])`,
+        (rows) => rows[0]!.n === JOBS_PER_CONNECTION.length * 30
+      )
+      const scope = yield* start(SyncJobsLive)
+      yield* until(firstRunsDone)
+      yield* Scope.close(scope, Exit.void)
+
+      const [seen] = yield* sql<{ peak: number; runs: number }>`
+        SELECT max(open)::int AS peak, count(*)::int AS runs FROM public.open_runs_seen`
+      assert.isAtLeast(seen!.runs, JOBS_PER_CONNECTION.length * 30)
+      assert.isAtMost(seen!.peak, 2, `at most sync.workers (2) runs open at once; saw ${seen!.peak}`)
+      const failed = yield* sql<{ job: string; connection: string; error: string }>`
+        SELECT job, connection, error FROM crm_sync.job_runs WHERE status = 'failed'`
+      assert.deepStrictEqual(failed, [], "no run failed")
+      // Round-robin: the first thirty runs are one of each connection.
+      const first = yield* sql<{ connection: string }>`
+        SELECT connection FROM crm_sync.job_runs ORDER BY id LIMIT 30`
+      assert.strictEqual(new Set(first.map((row) => row.connection)).size, 30, "each connection's first job first")
+    })
+  )
+})
+
+const five = ["c1", "c2", "c3", "c4"]
+
+layer(
+  harness({
+    sandbox: { records: 100 },
+    alsoConnections: five,
+    config: { sync: { workers: 1 }, schedules: { businesses: "1 hour" } }
+  }),
+  options
+)("one worker, five overdue polls", (it) => {
+  it.effect("runs the most overdue first, whatever the order of the config", () =>
+    Effect.gen(function* () {
+      const sql = yield* SqlClient
+      // Each connection's poll last succeeded an hour (its interval) and some minutes ago:
+      // default 1 minute overdue, c1 2 minutes, ... c4 5 minutes.
+      const overdue = { default: 1, c1: 2, c2: 3, c3: 4, c4: 5 } as const
+      for (const [connection, minutes] of Object.entries(overdue)) {
+        yield* sql`
+          INSERT INTO crm_sync.job_runs (job, connection, status, started_at, finished_at)
+          VALUES ('poll:businesses', ${connection}, 'succeeded',
+                  now() - interval '1 hour' - ${minutes} * interval '1 minute' - interval '1 second',
+                  now() - interval '1 hour' - ${minutes} * interval '1 minute')`
+      }
+      const [{ last }] = (yield* sql<{ last: number }>`SELECT max(id)::int AS last FROM crm_sync.job_runs`) as [
+        { last: number }
+      ]
+      const newRuns = sql<{ connection: string; status: string }>`
+        SELECT connection, status FROM crm_sync.job_runs WHERE id > ${last} ORDER BY id`
+      const scope = yield* start(BusinessPollerLive)
+      yield* until(Effect.map(newRuns, (runs) => runs.filter((run) => run.status === "succeeded").length === 5))
+      yield* Scope.close(scope, Exit.void)
+      const order = (yield* newRuns).map((run) => run.connection)
+      assert.deepStrictEqual(order, ["c4", "c3", "c2", "c1", "default"], "most overdue first")
+    })
+  )
+})
