@@ -35,7 +35,8 @@ const NoTranscripts = Layer.succeed(
   TranscriptReader.of({ read: () => Effect.die("no transcript is read for a client event") })
 )
 
-const TestLayer = EventProcessor.layerWith({ workerId: "client-fields", batchSize: 50 }).pipe(
+// One batch at a time: a test of "one batch" must not see its deliveries split between two claims.
+const TestLayer = EventProcessor.layerWith({ workerId: "client-fields", batchSize: 50, concurrency: 1 }).pipe(
   Layer.provideMerge(Layer.mergeAll(WebhookInbox.layer, Warehouse.layer, NoTranscripts)),
   Layer.provideMerge(config),
   Layer.provideMerge(TestDatabase)
