@@ -58,7 +58,8 @@ const flags = {
     Flag.optional
   ),
   userTokens: Flag.Boolean("user-tokens").pipe(
-    Flag.withDescription("One seeded read-only personal token per user (GET /_sandbox/tokens lists them)")
+    Flag.withDescription("One seeded read-only personal token per user (GET /_sandbox/tokens lists them)"),
+    Flag.withDefault(false)
   ),
   adminToken: Flag.String("admin-token").pipe(
     Flag.withDescription("Require this bearer token on the /_sandbox admin API"),
