@@ -50,13 +50,16 @@ const learnedOn429 = (learning: Learning, otherwise: string) => `CASE
   ELSE ${otherwise} END`
 
 /**
- * The most clean windows a probe waits after probes that met a 429: as many windows as the
- * ceiling holds (`learned_ceiling_ttl` over the window, at least 1). The wait starts at 1 (a probe
+ * The most clean windows a probe waits after probes that met a 429. The wait starts at 1 (a probe
  * after every clean window) and doubles after each refused probe, so a co-tenant that stays costs
- * a refused request after 1, 2, 4, ... windows instead of every other window; by then the ceiling
- * is forgotten anyway, which ends the longest wait.
+ * a refused request after 1, 2, 4, ... windows instead of every other window; it grows until the
+ * next probe would come `learned_ceiling_ttl` after the refused one: the ttl in windows, less the
+ * window after the 429's block (never counted clean) and the probe's own window (its 429 comes as
+ * late in it as the last one did in its). Waiting longer, the ceiling expired first: the whole
+ * limit at once, unpaced (a burst instead of one refused request), and the waits started over.
+ * Defaults (hourly windows, 6 hours): 1, 2, 4, 4, ...
  */
-const maxProbeWait = (learning: Learning) => `GREATEST(1, floor(${learning.ttlMs}::float8 / window_ms))::int`
+const maxProbeWait = (learning: Learning) => `GREATEST(1, floor(${learning.ttlMs}::float8 / window_ms)::int - 2)`
 
 /** The learning columns of a 429's UPDATE; each CASE reads the row as it was before the 429. */
 export const ceilingOn429 = (sql: SqlClient, learning: Learning) =>
