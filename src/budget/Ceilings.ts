@@ -50,22 +50,24 @@ const learnedOn429 = (learning: Learning, otherwise: string) => `CASE
   ELSE ${otherwise} END`
 
 /**
- * The most clean windows a probe waits after probes that met a 429 (it doubles from 1, so 1 means
- * no wait): a probe after every clean window. With 2, a co-tenant that left just after a probe
- * failed had its share back only four windows later (the wait, then two steps of 20%), against
- * the target of three; the price of 1 is one refused request every other window while a steady
- * co-tenant stays, instead of every third. (Until the window starts were kept whole, a spurious
- * mid-window "new window" counted clean windows twice and hid the difference.)
+ * The most clean windows a probe waits after probes that met a 429. The wait starts at 1 (a probe
+ * after every clean window) and doubles after each refused probe, so a co-tenant that stays costs
+ * a refused request after 1, 2, 4, ... windows instead of every other window; it grows until the
+ * next probe would come `learned_ceiling_ttl` after the refused one: the ttl in windows, less the
+ * window after the 429's block (never counted clean) and the probe's own window (its 429 comes as
+ * late in it as the last one did in its). Waiting longer, the ceiling expired first: the whole
+ * limit at once, unpaced (a burst instead of one refused request), and the waits started over.
+ * Defaults (hourly windows, 6 hours): 1, 2, 4, 4, ...
  */
-const MAX_PROBE_WAIT = 1
+const maxProbeWait = (learning: Learning) => `GREATEST(1, floor(${learning.ttlMs}::float8 / window_ms)::int - 2)`
 
 /** The learning columns of a 429's UPDATE; each CASE reads the row as it was before the 429. */
 export const ceilingOn429 = (sql: SqlClient, learning: Learning) =>
   sql`learned_limit = ${sql.literal(learnedOn429(learning, validLearned(learning)))},
-      -- A 429 while a ceiling was already known: the last probe went too far; wait longer.
+      -- A 429 while a ceiling was already known: the last probe went too far; wait twice as long.
       probe_wait = CASE
         WHEN blocked_until > clock_timestamp() THEN probe_wait
-        WHEN (${sql.literal(validLearned(learning))}) IS NOT NULL THEN LEAST(${MAX_PROBE_WAIT}, probe_wait * 2)
+        WHEN (${sql.literal(validLearned(learning))}) IS NOT NULL THEN LEAST(${sql.literal(maxProbeWait(learning))}, probe_wait * 2)
         ELSE 1 END,
       clean_windows = 0,
       learned_base = ${sql.literal(learnedOn429(learning, "learned_base"))},
@@ -82,27 +84,33 @@ const rollsClean = `(w.window_start IS NOT NULL AND w.learned_at IS NOT NULL AND
   AND to_timestamp(v.start_ms::float8 / 1000) > w.window_start)`
 
 /**
+ * In the grant's UPDATE: a clean window run above the last 429's level — the probe held. That
+ * level is the known-good one now, and the waits start over.
+ */
+const probeHeld = `(${rollsClean} AND w.learned_limit > COALESCE(w.learned_base, w.learned_limit))`
+
+/** In the grant's UPDATE: the wait is over, and the ceiling rises a step (probes) as this window opens. */
+const probes = `(${rollsClean} AND (w.clean_windows + 1 >= w.probe_wait OR ${probeHeld}))`
+
+/**
  * The learning columns of the grant's UPDATE (`w` the row before it, `v` the new window): each
  * window that passes without a 429 raises the ceiling a step (`probe_step` of the limit), after
- * `probe_wait` clean windows, until the configured limit is back.
+ * `probe_wait` clean windows, until the configured limit is back. After a probe that held, the
+ * next comes after one clean window again (the held window itself). A probe to the whole limit is
+ * a probe like the others (paced, its 429 doubles the wait): the ceiling is dropped only once the
+ * whole limit has held for a window. (Dropped as soon as it was reached, a co-tenant spending less
+ * than a step met a "first" 429 at every probe, and the wait never grew.)
  */
 export const ceilingOnGrant = (sql: SqlClient, learning: Learning) =>
-  sql`-- A clean window run above the last 429's level: the probe held. That level is the
-      -- known-good one now, and the next probe comes after one clean window again.
-      probe_wait = CASE
-        WHEN ${sql.literal(rollsClean)} AND w.learned_limit > COALESCE(w.learned_base, w.learned_limit) THEN 1
-        ELSE w.probe_wait END,
-      learned_base = CASE
-        WHEN ${sql.literal(rollsClean)} AND w.learned_limit > COALESCE(w.learned_base, w.learned_limit)
-          THEN w.learned_limit
-        ELSE w.learned_base END,
+  sql`probe_wait = CASE WHEN ${sql.literal(probeHeld)} THEN 1 ELSE w.probe_wait END,
+      learned_base = CASE WHEN ${sql.literal(probeHeld)} THEN w.learned_limit ELSE w.learned_base END,
       clean_windows = CASE
-        WHEN ${sql.literal(rollsClean)} THEN
-          CASE WHEN w.clean_windows + 1 >= w.probe_wait THEN 0 ELSE w.clean_windows + 1 END
+        WHEN ${sql.literal(probes)} THEN 0
+        WHEN ${sql.literal(rollsClean)} THEN w.clean_windows + 1
         ELSE w.clean_windows END,
       learned_limit = CASE
         WHEN (${sql.literal(validLearned(learning, "w."))}) IS NULL THEN NULL
-        WHEN ${sql.literal(rollsClean)} AND w.clean_windows + 1 >= w.probe_wait AND ${learning.stepShare} > 0
-          THEN NULLIF(LEAST(w.request_limit,
-            w.learned_limit + GREATEST(1, ceil(w.request_limit * ${learning.stepShare})::int)), w.request_limit)
+        WHEN ${sql.literal(probeHeld)} AND w.learned_limit >= w.request_limit THEN NULL
+        WHEN ${sql.literal(probes)} AND ${learning.stepShare} > 0
+          THEN LEAST(w.request_limit, w.learned_limit + GREATEST(1, ceil(w.request_limit * ${learning.stepShare})::int))
         ELSE w.learned_limit END`

@@ -15,10 +15,13 @@
  * written into docs/client-and-budget.md between the bench markers. Requires nothing but this
  * repository: PostgreSQL is embedded, in a temporary folder.
  *
- * Four scenarios: crm-sync alone on its grant; a co-tenant (the firm's other integrations) that
+ * Scenarios: crm-sync alone on its grant; a co-tenant (the firm's other integrations) that
  * spends 40% of the user bucket as each window opens, so crm-sync must learn what is left; the
- * same co-tenant leaving half-way through, so crm-sync must win its share back; and a co-tenant
- * that spends its 40% evenly through each window, whose requests crm-sync must not take early.
+ * same co-tenant leaving half-way through, so crm-sync must win its share back; a co-tenant
+ * that spends its 40% evenly through each window, whose requests crm-sync must not take early; the
+ * first co-tenant with probing off; and the first co-tenant staying for a long run
+ * (`--probe-windows N`, default 30), where each refused probe doubles the wait before the next:
+ * refused probes per window and in all, and the wait the run ends with.
  */
 import { CrmHttpClient } from "../../src/cli/ApiStack.ts"
 import { PgClient } from "@effect/sql-pg"
@@ -46,6 +49,8 @@ const argument = (name: string) => {
 const WINDOW_MS = 10_000
 /** Full windows to measure; the run lasts a little longer, and the last, partial window is dropped. */
 const WINDOWS = Number(argument("--windows") ?? 5)
+/** Full windows of the long co-tenant run (`staying`). */
+const PROBE_WINDOWS = Number(argument("--probe-windows") ?? 30)
 const STACKS = 3
 /** Crawlers per stack. */
 const WORKERS = 2
@@ -94,8 +99,11 @@ interface ServerWindow {
   readonly limited: number
 }
 
-/** `steady`: the co-tenant throughout, with probing off (`budget.probe_step: 0`). */
-type Scenario = "alone" | "cotenant" | "departs" | "even" | "steady"
+/**
+ * `steady`: the co-tenant throughout, with probing off (`budget.probe_step: 0`); `staying`: the
+ * co-tenant throughout a long run (`PROBE_WINDOWS`), budget defaults.
+ */
+type Scenario = "alone" | "cotenant" | "departs" | "even" | "steady" | "staying"
 /** The co-tenant's share of the strictest bucket, spent as each window opens. */
 const COTENANT = 200
 
@@ -115,6 +123,17 @@ const serverWindows = (entries: ReadonlyArray<RequestLogEntry>): ReadonlyArray<S
   }
   return windows
 }
+
+/** The token bucket's wait before its next probe, in clean windows, as the run left it. */
+const tokenProbeWait = (url: string) =>
+  Effect.scoped(
+    Effect.gen(function* () {
+      const sql = yield* PgClient.make({ url: Redacted.make(url), maxConnections: 1 })
+      const rows = yield* sql<{ probe_wait: number }>`
+        SELECT probe_wait FROM crm_sync.rate_windows WHERE scope = 'token'`
+      return rows[0]?.probe_wait
+    })
+  ).pipe(Effect.provide(Reactivity.layer))
 
 const main = (scenario: Scenario) =>
   Effect.gen(function* () {
@@ -154,7 +173,8 @@ const main = (scenario: Scenario) =>
 
     const scopes = yield* Effect.forEach(Array.from({ length: STACKS }), () => Scope.make())
     const contexts = yield* Effect.forEach(scopes, (scope) => Layer.buildWithScope(stack(config, url), scope))
-    const duration = Duration.millis(WINDOWS * (WINDOW_MS + 2_000) + WINDOW_MS / 2)
+    const measured = scenario === "staying" ? PROBE_WINDOWS : WINDOWS
+    const duration = Duration.millis(measured * (WINDOW_MS + 2_000) + WINDOW_MS / 2)
     yield* Effect.logInfo(
       `${STACKS} stacks × ${WORKERS} crawlers, sandbox window 10 s, running ${Duration.format(duration)}`
     )
@@ -173,6 +193,7 @@ const main = (scenario: Scenario) =>
     } else yield* Effect.sleep(duration)
     yield* Effect.forEach(fibers.flat(), Fiber.interrupt)
     const elapsedMs = Date.now() - started
+    const probeWait = yield* tokenProbeWait(url)
 
     const entries = (yield* sandbox.admin.requests({ path: "/v1/financial_accounts" })).toSorted((a, b) =>
       a.at < b.at ? -1 : a.at > b.at ? 1 : a.seq - b.seq
@@ -193,7 +214,8 @@ const main = (scenario: Scenario) =>
       total: entries.length,
       tooMany,
       errors,
-      full
+      full,
+      probeWait
     }
   })
 
@@ -288,6 +310,42 @@ const cotenantReport = (cotenant: Figures, departs: Figures, even: Figures, stea
   ].join("\n")
 }
 
+/** Seconds of `windowCount` server windows as this benchmark's runs span them (10 s and the margins). */
+const seconds = (windowCount: number) => ((windowCount * (WINDOW_MS + 1_500)) / 1000).toFixed(0)
+
+/**
+ * The long co-tenant run: per window, crm-sync's requests and its 429s; the first window's are the
+ * burst that teaches the ceiling, every later one is a refused probe.
+ */
+const probesReport = (staying: Figures) => {
+  const windows = staying.full.slice(0, PROBE_WINDOWS)
+  const refused = windows.slice(1).reduce((sum, window) => sum + window.limited, 0)
+  const probed = windows.flatMap((window, index) => (index > 0 && window.limited > 0 ? [index + 1] : []))
+  const laterUse = windows.slice(1).map((window) => window.requests / (STRICTEST_LIMIT - COTENANT))
+  const lowest = laterUse.length === 0 ? 0 : Math.min(...laterUse)
+  const wait = staying.probeWait
+  return [
+    `Same setup, ${windows.length} windows (${(staying.elapsedMs / 1000).toFixed(0)} s); the co-tenant spends ${COTENANT} of the user bucket's 500 as each window opens and stays throughout; budget defaults (probe step 20%; \`learned_ceiling_ttl\` 6 hours, so the wait's cap is far off in 10-s windows). The first window's 429s teach the ceiling; each later one is a refused probe.`,
+    "",
+    "| server window | crm-sync's requests of what is left | 429 (refused probes after the first) |",
+    "|---|---|---|",
+    ...windows.map(
+      (window, index) => `| ${index + 1} | ${window.requests} of ${STRICTEST_LIMIT - COTENANT} | ${window.limited} |`
+    ),
+    "",
+    "| measure | figure | target | |",
+    "|---|---|---|---|",
+    `| refused probes in ${windows.length} windows | ${refused}${probed.length > 0 ? ` (windows ${probed.join(", ")})` : ""} | ≤ 6 | ${met(refused <= 6 && windows.length >= PROBE_WINDOWS)} |`,
+    `| 429s of the first window (learning) | ${windows[0]?.limited ?? 0} | | |`,
+    `| lowest use of what is left, later windows | ${percent(lowest)} | ≥ 95% | ${met(lowest >= 0.95)} |`,
+    `| wait before the next probe at the end, in clean windows | ${wait ?? "none"} | | |`,
+    "",
+    wait === undefined
+      ? "No wait was left: the bucket's ceiling was not learned."
+      : `Had the co-tenant left after the last refused probe, the next probe would come ${wait + 1} windows after it (the window after the block, then ${wait} clean ones) and the whole 500 would be in use one window later: ${wait + 2} windows, about ${seconds(wait + 2)} s of these 11.5-s windows.`
+  ].join("\n")
+}
+
 Effect.runPromise(
   Effect.gen(function* () {
     const alone = yield* Effect.scoped(main("alone"))
@@ -302,6 +360,10 @@ Effect.runPromise(
     const shared = cotenantReport(cotenant, departs, even, steady)
     console.log(`\n${shared}\n`)
     yield* Effect.promise(() => recordFigures("budget-cotenant", shared, ["docs/client-and-budget.md"]))
+    const staying = yield* Effect.scoped(main("staying"))
+    const probes = probesReport(staying)
+    console.log(`\n${probes}\n`)
+    yield* Effect.promise(() => recordFigures("budget-probes", probes, ["docs/client-and-budget.md"]))
   })
 ).then(
   () => process.exit(0),
