@@ -272,10 +272,11 @@ export const latestRuns = Effect.gen(function* () {
     FROM crm_sync.job_runs ORDER BY job, connection, id DESC`
 })
 
-/** The `limit` most recent runs, newest first, with how long each took (null: still running). */
-export const recentRuns = (limit: number) =>
+/** The `limit` most recent runs (of `connection`'s jobs, if given), newest first, with how long each took (null: still running). */
+export const recentRuns = (limit: number, connection?: string) =>
   Effect.gen(function* () {
     const sql = yield* SqlClient
+    const only = connection === undefined ? sql`TRUE` : sql`connection = ${connection}`
     return yield* sql<{
       job: string
       connection: string | null
@@ -286,7 +287,7 @@ export const recentRuns = (limit: number) =>
     }>`
       SELECT job, connection, status, started_at,
              extract(epoch FROM finished_at - started_at)::float8 AS seconds, error
-      FROM crm_sync.job_runs ORDER BY id DESC LIMIT ${limit}`
+      FROM crm_sync.job_runs WHERE ${only} ORDER BY id DESC LIMIT ${limit}`
   })
 
 /** Each job's latest status and when it last succeeded. */
@@ -316,6 +317,41 @@ export const successesAndFailures = (jobs: ReadonlyArray<{ readonly job: string;
         WHERE r.job = j.job AND r.connection = j.connection AND r.status = 'succeeded'
         ORDER BY r.id DESC LIMIT 1
       ) AS s ON true`
+  })
+
+/**
+ * For each (job, connection): its latest run's status, the end of its last success, and the runs
+ * that failed since (how many, and the latest one's error). One index descent per pair and per
+ * question, so the cost follows the pairs asked about, not the history kept.
+ */
+export const jobStates = (jobs: ReadonlyArray<{ readonly job: string; readonly connection: string }>) =>
+  Effect.gen(function* () {
+    const sql = yield* SqlClient
+    return yield* sql<{
+      job: string
+      connection: string
+      last_status: string | null
+      last_success: Date | null
+      failures: number
+      last_error: string | null
+    }>`
+      SELECT j.job, j.connection, l.status AS last_status, s.finished_at AS last_success,
+             f.failures, f.error AS last_error
+      FROM unnest(${jobs.map((job) => job.job)}::text[], ${jobs.map((job) => job.connection)}::text[]) AS j(job, connection)
+      LEFT JOIN LATERAL (
+        SELECT r.status FROM crm_sync.job_runs r
+        WHERE r.job = j.job AND r.connection = j.connection ORDER BY r.id DESC LIMIT 1
+      ) AS l ON true
+      LEFT JOIN LATERAL (
+        SELECT r.id, r.finished_at FROM crm_sync.job_runs r
+        WHERE r.job = j.job AND r.connection = j.connection AND r.status = 'succeeded'
+        ORDER BY r.id DESC LIMIT 1
+      ) AS s ON true
+      CROSS JOIN LATERAL (
+        SELECT count(*)::int AS failures, (array_agg(r.error ORDER BY r.id DESC))[1] AS error
+        FROM crm_sync.job_runs r
+        WHERE r.job = j.job AND r.connection = j.connection AND r.status = 'failed' AND r.id > COALESCE(s.id, 0)
+      ) AS f`
   })
 
 /** Requests of the last 20 successful incremental runs of `job` on average (null: none yet). */
