@@ -15,8 +15,8 @@ import { SqlClient } from "effect/sql/SqlClient"
 import { oldestWaitingRow, rowsNeedingAPerson } from "../outbound/Outbox.ts"
 import { recentRuns } from "../sync/JobRuns.ts"
 import { deadDeliveries, oldestWaitingDelivery } from "../webhooks/WebhookInbox.ts"
-import { type ConnectionHealth, HealthStates } from "./ConnectionHealth.ts"
-import { gapLines, refusalLines, type StatusReport } from "./StatusReport.ts"
+import type { ConnectionHealth } from "./ConnectionHealth.ts"
+import { forConnection, gapLines, refusalLines, type StatusReport } from "./StatusReport.ts"
 import { formatDuration } from "./Text.ts"
 
 export interface StatusDetails {
@@ -129,12 +129,20 @@ const capped = (lines: ReadonlyArray<string>) =>
     ? lines
     : [...lines.slice(0, ALERTS_SHOWN), `<p class="muted">and ${lines.length - ALERTS_SHOWN} more like these.</p>`]
 
+/** One alert per connection to re-authorize; with more than a few, one alert naming them all. */
+const reauthorizationAlerts = (names: ReadonlyArray<string>) =>
+  names.length <= 3
+    ? names.map(
+        (name) =>
+          `<div class="alert">Connection <b>${e(name)}</b> needs re-authorization: run <code>crm-sync connect ${e(name)}</code>.</div>`
+      )
+    : [
+        `<div class="alert"><b>${names.length}</b> connections need re-authorization: run <code>crm-sync connect NAME</code> for each of ${names.map((name) => e(name)).join(", ")}.</div>`
+      ]
+
 const alerts = (report: StatusReport) =>
   capped([
-    ...report.connections_needing_reauthorization.map(
-      (name) =>
-        `<div class="alert">Connection <b>${e(name)}</b> needs re-authorization: run <code>crm-sync connect ${e(name)}</code>.</div>`
-    ),
+    ...reauthorizationAlerts(report.connections_needing_reauthorization),
     ...gapLines(report).map((line) => `<div class="alert">${e(line)}</div>`),
     ...refusalLines(report).map((line) => `<div class="alert">Webhook ${e(line)}.</div>`),
     ...(report.plan ?? [])
@@ -161,9 +169,18 @@ const STATE_CLASSES: Record<ConnectionHealth["state"], string> = {
   healthy: "ok"
 }
 
+/** The summary reads from the good news to what needs a person. */
+const SUMMARY_ORDER: ReadonlyArray<ConnectionHealth["state"]> = [
+  "healthy",
+  "late",
+  "failing",
+  "needs_reauthorization",
+  "not_synced"
+]
+
 /** The counts that lead the page: how many connections are in each state. */
 const summaryBlock = (report: StatusReport) =>
-  `<p class="summary" id="summary"><b>${report.summary.connections}</b> connection(s): ${HealthStates.map(
+  `<p class="summary" id="summary"><b>${report.summary.connections}</b> connection(s): ${SUMMARY_ORDER.map(
     (state) =>
       `<span class="${report.summary[state] > 0 ? STATE_CLASSES[state] : "muted"}"><b>${report.summary[state]}</b> ${STATE_LABELS[state]}</span>`
   ).join(" · ")}</p>`
@@ -265,7 +282,7 @@ export const renderStatusPage = (report: StatusReport, details: StatusDetails, v
 <h1>crm-sync</h1>
 <p class="muted">database ${e(report.database.kind)} · as of ${e(details.now)} · refreshes every 15 s</p>
 ${summaryBlock(report)}
-${alerts(report).join("\n")}
+${alerts(view.connection === undefined ? report : forConnection(report, view.connection)).join("\n")}
 ${connectionsSection(report, details, view)}
 <h2>Warehouse</h2>
 ${table(["resource", "rows", "deleted", "last write", "age", "cursor"], resourceRows(report, details.now), "No tables.")}
