@@ -131,7 +131,9 @@ export const connectionHealth = Effect.fn("ConnectionHealth.read")(function* (
   now: number
 ) {
   const scheduled = scheduledJobs(config, new Date(now))
-  const rows = yield* jobStates(scheduled)
+  // Runs older than twice the longest interval only matter for a job that is late anyway.
+  const horizon = 2 * Math.max(3600, ...scheduled.map((job) => job.interval_seconds)) + 3600
+  const rows = yield* jobStates(scheduled, horizon)
   const byKey = new Map(rows.map((row) => [`${row.job}\u0000${row.connection}`, row]))
   const refusedSet = new Set(refused)
   const perConnection = Map.groupBy(scheduled, (job) => job.connection)

@@ -118,11 +118,15 @@ const currentWindows = (config: AppConfigShape) =>
     return windows.filter((window) => !replaced.has(window.bucket))
   })
 
-/** The report; `only`: of that connection alone (its health and plan are the only ones made). */
+/**
+ * The report; `only`: of that connection alone (its health and plan are the only ones made);
+ * `plans`: the connections' plans when the caller has them (else they are made).
+ */
 export const statusReport = Effect.fn("StatusReport.make")(function* (
   config: AppConfigShape,
   database: DatabaseInfoShape,
-  only?: string
+  only?: string,
+  plans?: ReadonlyArray<ConnectionPlan>
 ) {
   const cursors = yield* latestCursors
   const resources: Record<string, ResourceStatus> = {}
@@ -188,7 +192,7 @@ export const statusReport = Effect.fn("StatusReport.make")(function* (
       last_at: iso(row.last_at)!
     })),
     last_jobs: jobs.map((job) => ({ ...job, finished_at: iso(job.finished_at) })),
-    plan: yield* planReport(config, only)
+    plan: plans ?? (yield* planReport(config, only))
   } satisfies StatusReport
   return only === undefined ? report : forConnection(report, only)
 })
@@ -350,6 +354,12 @@ export const renderStatus = (report: StatusReport): string => {
 /** How old a report served over HTTP may be before a request starts making a fresh one. */
 export const SNAPSHOT_TTL = Duration.seconds(5)
 
+/**
+ * How old the plans in a report served over HTTP may be: a plan reads a few queries per
+ * connection and follows hourly rates, so it is remade less often than the rest.
+ */
+export const PLAN_TTL = Duration.minutes(5)
+
 /** How old a report may be and still be served while a fresh one is made; older, a request waits for it. */
 export const SNAPSHOT_STALE = Duration.minutes(1)
 
@@ -360,7 +370,7 @@ export const SNAPSHOT_STALE = Duration.minutes(1)
  * acknowledgements 12-fold). A caller is answered from the last report while a fresh one is made
  * in the background (stale-while-revalidate), so its answer does not wait on those queries however
  * many connections there are; only a report older than SNAPSHOT_STALE (nobody asked for a minute)
- * is waited for. The first one is started with the layer.
+ * is waited for. The first one is started with the layer. Its plans are remade every PLAN_TTL.
  */
 export class StatusSnapshot extends Context.Service<
   StatusSnapshot,
@@ -373,9 +383,12 @@ export class StatusSnapshot extends Context.Service<
       const database = yield* DatabaseInfo
       const sql = yield* SqlClient
       const scope = yield* Effect.scope
+      const plans = yield* Effect.cachedWithTTL(planReport(config), PLAN_TTL)
       // Single-flight: concurrent callers within SNAPSHOT_TTL share one making of the report.
       const make = yield* Effect.cachedWithTTL(
-        statusReport(config, database).pipe(Effect.provideService(SqlClient, sql)),
+        Effect.flatMap(plans, (made) => statusReport(config, database, undefined, made)).pipe(
+          Effect.provideService(SqlClient, sql)
+        ),
         SNAPSHOT_TTL
       )
       const latest = yield* Ref.make<StatusReport | undefined>(undefined)
@@ -405,6 +418,16 @@ export const queryOf = Effect.map(
 export const unknownConnection = (name: string) =>
   HttpServerResponse.text(`no connection named ${name} in this config\n`, { status: 404 })
 
+/** The whole report as JSON, written once per report however many callers ask for it (it grows with the connections). */
+const written = new WeakMap<StatusReport, string>()
+const wholeJson = (report: StatusReport) => {
+  const known = written.get(report)
+  if (known !== undefined) return known
+  const json = JSON.stringify(report)
+  written.set(report, json)
+  return json
+}
+
 /**
  * `GET /status`: the same report as `crm-sync status --json` (at most SNAPSHOT_TTL old, or being
  * remade); `?connection=NAME` narrows it to that connection (the summary stays whole).
@@ -418,7 +441,7 @@ export const StatusRoute = HttpRouter.use(
       Effect.gen(function* () {
         const report = yield* snapshot.current
         const name = (yield* queryOf).get("connection")
-        if (name === null) return HttpServerResponse.jsonUnsafe(report)
+        if (name === null) return HttpServerResponse.text(wholeJson(report), { contentType: "application/json" })
         if (!report.config.connections.some((connection) => connection.name === name)) return unknownConnection(name)
         return HttpServerResponse.jsonUnsafe(forConnection(report, name))
       }).pipe(Effect.catch(() => Effect.succeed(HttpServerResponse.text("status unavailable\n", { status: 503 }))))

@@ -321,10 +321,15 @@ export const successesAndFailures = (jobs: ReadonlyArray<{ readonly job: string;
 
 /**
  * For each (job, connection): its latest run's status, the end of its last success, and the runs
- * that failed since (how many, and the latest one's error). One index descent per pair and per
- * question, so the cost follows the pairs asked about, not the history kept.
+ * that failed since (how many, and the latest one's error). Read from the runs started within
+ * `horizonSeconds` (a range of the primary key, found from its newest end: its cost follows what
+ * the schedules ran in that time, not the history kept nor the pairs asked about); only a pair
+ * with no success in that range is looked up further back, by itself.
  */
-export const jobStates = (jobs: ReadonlyArray<{ readonly job: string; readonly connection: string }>) =>
+export const jobStates = (
+  jobs: ReadonlyArray<{ readonly job: string; readonly connection: string }>,
+  horizonSeconds: number
+) =>
   Effect.gen(function* () {
     const sql = yield* SqlClient
     return yield* sql<{
@@ -335,23 +340,47 @@ export const jobStates = (jobs: ReadonlyArray<{ readonly job: string; readonly c
       failures: number
       last_error: string | null
     }>`
-      SELECT j.job, j.connection, l.status AS last_status, s.finished_at AS last_success,
-             f.failures, f.error AS last_error
-      FROM unnest(${jobs.map((job) => job.job)}::text[], ${jobs.map((job) => job.connection)}::text[]) AS j(job, connection)
-      LEFT JOIN LATERAL (
-        SELECT r.status FROM crm_sync.job_runs r
-        WHERE r.job = j.job AND r.connection = j.connection ORDER BY r.id DESC LIMIT 1
-      ) AS l ON true
-      LEFT JOIN LATERAL (
-        SELECT r.id, r.finished_at FROM crm_sync.job_runs r
-        WHERE r.job = j.job AND r.connection = j.connection AND r.status = 'succeeded'
-        ORDER BY r.id DESC LIMIT 1
-      ) AS s ON true
-      CROSS JOIN LATERAL (
-        SELECT count(*)::int AS failures, (array_agg(r.error ORDER BY r.id DESC))[1] AS error
-        FROM crm_sync.job_runs r
-        WHERE r.job = j.job AND r.connection = j.connection AND r.status = 'failed' AND r.id > COALESCE(s.id, 0)
-      ) AS f`
+      WITH keys AS (
+        SELECT * FROM unnest(${jobs.map((job) => job.job)}::text[], ${jobs.map((job) => job.connection)}::text[])
+          AS j(job, connection)
+      ),
+      recent AS (
+        SELECT r.id, r.job, r.connection, r.status, r.finished_at, r.error FROM crm_sync.job_runs r
+        WHERE r.id > COALESCE((SELECT o.id FROM crm_sync.job_runs o
+                               WHERE o.started_at < now() - make_interval(secs => ${horizonSeconds})
+                               ORDER BY o.id DESC LIMIT 1), 0)
+          AND r.connection IS NOT NULL
+      ),
+      latest AS (
+        SELECT DISTINCT ON (job, connection) job, connection, status FROM recent ORDER BY job, connection, id DESC
+      ),
+      success AS (
+        SELECT DISTINCT ON (job, connection) job, connection, id, finished_at FROM recent
+        WHERE status = 'succeeded' ORDER BY job, connection, id DESC
+      ),
+      found AS (
+        SELECT k.job, k.connection, l.status AS last_status,
+               COALESCE(s.id, old.id) AS success_id, COALESCE(s.finished_at, old.finished_at) AS last_success
+        FROM keys k
+        LEFT JOIN latest l ON l.job = k.job AND l.connection = k.connection
+        LEFT JOIN success s ON s.job = k.job AND s.connection = k.connection
+        LEFT JOIN LATERAL (
+          SELECT r.id, r.finished_at FROM crm_sync.job_runs r
+          WHERE s.id IS NULL AND r.job = k.job AND r.connection = k.connection AND r.status = 'succeeded'
+          ORDER BY r.id DESC LIMIT 1
+        ) AS old ON true
+      )
+      SELECT f.job, f.connection,
+             COALESCE(f.last_status, (SELECT r.status FROM crm_sync.job_runs r
+                                      WHERE r.id = f.success_id)) AS last_status,
+             f.last_success, COALESCE(x.failures, 0)::int AS failures, x.error AS last_error
+      FROM found f
+      LEFT JOIN (
+        SELECT r.job, r.connection, count(*)::int AS failures, (array_agg(r.error ORDER BY r.id DESC))[1] AS error
+        FROM recent r LEFT JOIN success s ON s.job = r.job AND s.connection = r.connection
+        WHERE r.status = 'failed' AND r.id > COALESCE(s.id, 0)
+        GROUP BY r.job, r.connection
+      ) AS x ON x.job = f.job AND x.connection = f.connection`
   })
 
 /** Requests of the last 20 successful incremental runs of `job` on average (null: none yet). */

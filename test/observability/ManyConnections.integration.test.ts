@@ -75,6 +75,10 @@ const seed = Effect.gen(function* () {
   const config = yield* AppConfig
   const jobs = [...new Set(scheduledJobs(config, new Date()).map((job) => job.job))]
   const synced = ALL.filter((connection) => !NOT_SYNCED.includes(connection))
+  // firm-270's business poll last succeeded three days ago, long before everything else.
+  yield* sql`
+    INSERT INTO crm_sync.job_runs (job, connection, status, started_at, finished_at)
+    VALUES ('poll:businesses', 'firm-270', 'succeeded', now() - interval '3 days 1 minute', now() - interval '3 days')`
   yield* sql`
     INSERT INTO crm_sync.job_runs (job, connection, status, started_at, finished_at)
     SELECT j.job, c.name, 'succeeded', now() - make_interval(hours => h.h, mins => 2), now() - make_interval(hours => h.h, mins => 1)
@@ -84,6 +88,9 @@ const seed = Effect.gen(function* () {
   yield* sql`
     DELETE FROM crm_sync.job_runs
     WHERE connection = ANY(${LATE}::text[]) AND job = 'poll:businesses' AND finished_at > now() - interval '30 minutes'`
+  yield* sql`
+    DELETE FROM crm_sync.job_runs
+    WHERE connection = 'firm-270' AND job = 'poll:businesses' AND finished_at > now() - interval '1 day'`
   // Failing: the latest crawl of financial accounts failed, twice.
   for (let attempt = 0; attempt < 2; attempt++) {
     yield* sql`
@@ -168,6 +175,10 @@ layer(World, { timeout: 180_000, excludeTestServices: true })("300 connections",
       ])
       const late = status.connection_health.find((health: { connection: string }) => health.connection === "firm-250")
       assert.match(late.reasons[0], /^poll:businesses last succeeded 1 h \d+ min ago \(every 5 min\)$/)
+      const longLate = status.connection_health.find(
+        (health: { connection: string }) => health.connection === "firm-270"
+      )
+      assert.match(longLate.reasons[0], /^poll:businesses last succeeded 3 d\b.* ago \(every 5 min\)$/)
 
       const narrowed = JSON.parse((yield* get("/status?connection=firm-250")).body)
       assert.deepStrictEqual(narrowed.summary, EXPECTED_SUMMARY, "the summary stays whole")
