@@ -14,7 +14,7 @@
 import * as Effect from "effect/Effect"
 import type { AppConfigShape } from "../config/AppConfig.ts"
 import { jobStates } from "../sync/JobRuns.ts"
-import { scheduledJobs } from "./LagState.ts"
+import { scheduledJobs, stateHorizon } from "./LagState.ts"
 import { formatDuration } from "./Text.ts"
 
 export type HealthState = "needs_reauthorization" | "failing" | "late" | "not_synced" | "healthy"
@@ -131,9 +131,7 @@ export const connectionHealth = Effect.fn("ConnectionHealth.read")(function* (
   now: number
 ) {
   const scheduled = scheduledJobs(config, new Date(now))
-  // Runs older than twice the longest interval only matter for a job that is late anyway.
-  const horizon = 2 * Math.max(3600, ...scheduled.map((job) => job.interval_seconds)) + 3600
-  const rows = yield* jobStates(scheduled, horizon)
+  const rows = yield* jobStates(scheduled, stateHorizon(scheduled))
   const byKey = new Map(rows.map((row) => [`${row.job}\u0000${row.connection}`, row]))
   const refusedSet = new Set(refused)
   const perConnection = Map.groupBy(scheduled, (job) => job.connection)

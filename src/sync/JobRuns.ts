@@ -301,24 +301,6 @@ export const jobHealth = Effect.gen(function* () {
     ORDER BY job, connection, id DESC`
 })
 
-/** For each (job, connection): the end of its last success (unix seconds) and the failures since. */
-export const successesAndFailures = (jobs: ReadonlyArray<{ readonly job: string; readonly connection: string }>) =>
-  Effect.gen(function* () {
-    const sql = yield* SqlClient
-    return yield* sql<{ job: string; connection: string; last_success: number | null; failures: number }>`
-      SELECT j.job, j.connection,
-             extract(epoch FROM s.finished_at)::float8 AS last_success,
-             (SELECT count(*)::int FROM crm_sync.job_runs f
-              WHERE f.job = j.job AND f.connection = j.connection AND f.status = 'failed'
-                AND f.id > COALESCE(s.id, 0)) AS failures
-      FROM unnest(${jobs.map((job) => job.job)}::text[], ${jobs.map((job) => job.connection)}::text[]) AS j(job, connection)
-      LEFT JOIN LATERAL (
-        SELECT r.id, r.finished_at FROM crm_sync.job_runs r
-        WHERE r.job = j.job AND r.connection = j.connection AND r.status = 'succeeded'
-        ORDER BY r.id DESC LIMIT 1
-      ) AS s ON true`
-  })
-
 /**
  * For each (job, connection): its latest run's status, the end of its last success, and the runs
  * that failed since (how many, and the latest one's error). Read from the runs started within
