@@ -87,13 +87,16 @@ const readiness = HttpRouter.use(
       const now = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
       const known = yield* Ref.get(credentialState)
       if (now - known.at < Duration.toMillis(CREDENTIALS_EVERY)) return known.problems
-      // One query per OAuth connection, a few at a time; one that takes too long keeps what was known.
-      const problems = yield* credentialProblems(config, credentials).pipe(
-        Effect.timeout(CREDENTIALS_TIMEOUT),
-        Effect.catch(() => Effect.succeed(known.problems))
-      )
-      yield* Ref.set(credentialState, { problems, at: now })
-      return problems
+      // One query per OAuth connection, a few at a time. A look that takes too long keeps what
+      // was known, and is tried again at the next check; before any, the replica is not ready.
+      const checked = yield* credentialProblems(config, credentials).pipe(Effect.timeoutOption(CREDENTIALS_TIMEOUT))
+      if (Option.isNone(checked)) {
+        return known.at === -Infinity
+          ? ["the connections' credentials could not be checked within 10 s"]
+          : known.problems
+      }
+      yield* Ref.set(credentialState, { problems: checked.value, at: now })
+      return checked.value
     })
     const check = sql`SELECT 1`.pipe(
       Effect.timeout(READINESS_TIMEOUT),
