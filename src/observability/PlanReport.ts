@@ -50,10 +50,10 @@ export const runsPerDay = (expression: string, from: Date): number =>
     }
   })
 
-const averageRequests = (job: string, connection: string, fallback: number) =>
-  Effect.map(averagePollRequests(job, connection), (avg) =>
-    avg === null ? fallback : Math.max(1, Math.round(avg * 10) / 10)
-  )
+const averageRequests = (averages: ReadonlyMap<string, number>, connection: string, fallback: number) => {
+  const avg = averages.get(connection)
+  return avg === undefined ? fallback : Math.max(1, Math.round(avg * 10) / 10)
+}
 
 /**
  * What every connection's plan reads alike (a table's live rows, the transcript deliveries of the
@@ -62,6 +62,9 @@ const averageRequests = (job: string, connection: string, fallback: number) =>
 interface Shared {
   readonly liveRows: Map<string, number>
   followUps: number | undefined
+  /** Requests per run of the last 20 polls and reference refreshes, by connection. */
+  readonly polls: ReadonlyMap<string, number>
+  readonly references: ReadonlyMap<string, number>
 }
 
 /** Records in a listing: the latest crawl's total, else the warehouse's live rows. */
@@ -128,11 +131,11 @@ const inputFor = (
       },
       poll: {
         intervalMs: Duration.toMillis(config.schedules.businesses),
-        requestsPerRun: yield* averageRequests("poll:businesses", connection.name, DEFAULT_POLL_REQUESTS)
+        requestsPerRun: averageRequests(shared.polls, connection.name, DEFAULT_POLL_REQUESTS)
       },
       reference: {
         intervalMs: Duration.toMillis(config.schedules.reference),
-        requestsPerRun: yield* averageRequests("reference", connection.name, DEFAULT_REFERENCE_REQUESTS)
+        requestsPerRun: averageRequests(shared.references, connection.name, DEFAULT_REFERENCE_REQUESTS)
       },
       reconcile: { runsPerDay: runsPerDay(config.schedules.reconcile, now), share: config.budget.reconcile_share },
       ...rates,
@@ -146,9 +149,15 @@ export const planReport = Effect.fn("PlanReport.make")(function* (config: AppCon
   const now = new Date(yield* Effect.clockWith((clock) => clock.currentTimeMillis))
   const plans: Array<ConnectionPlan> = []
   const users = yield* recordedUsers
-  const shared: Shared = { liveRows: new Map(), followUps: undefined }
-  for (const connection of config.connections) {
-    if (only !== undefined && connection.name !== only) continue
+  const planned = config.connections.filter((connection) => only === undefined || connection.name === only)
+  const names = planned.map((connection) => connection.name)
+  const shared: Shared = {
+    liveRows: new Map(),
+    followUps: undefined,
+    polls: yield* averagePollRequests("poll:businesses", names),
+    references: yield* averagePollRequests("reference", names)
+  }
+  for (const connection of planned) {
     plans.push(yield* inputFor(config, connection, now, users.get(connection.name), shared))
   }
   return plans

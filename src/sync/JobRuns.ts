@@ -365,15 +365,19 @@ export const jobStates = (
       ) AS x ON x.job = f.job AND x.connection = f.connection`
   })
 
-/** Requests of the last 20 successful incremental runs of `job` on average (null: none yet). */
-export const averagePollRequests = (job: string, connection: string) =>
+/**
+ * Requests of the last 20 successful incremental runs of `job` on average, for each of
+ * `connections` that has any: one pass over the job's successes, not one walk per connection.
+ */
+export const averagePollRequests = (job: string, connections: ReadonlyArray<string>) =>
   Effect.gen(function* () {
     const sql = yield* SqlClient
-    const rows = yield* sql<{ avg: number | null }>`
-      SELECT avg(requests)::float8 AS avg FROM (
-        SELECT requests FROM crm_sync.job_runs
-        WHERE job = ${job} AND connection = ${connection} AND status = 'succeeded'
-          AND coalesce(detail->>'mode', 'poll') = 'poll'
-        ORDER BY id DESC LIMIT 20) recent`
-    return rows[0]?.avg ?? null
+    const rows = yield* sql<{ connection: string; avg: number }>`
+      SELECT connection, avg(requests)::float8 AS avg FROM (
+        SELECT connection, requests, row_number() OVER (PARTITION BY connection ORDER BY id DESC) AS n
+        FROM crm_sync.job_runs
+        WHERE job = ${job} AND connection = ANY(${connections}::text[]) AND status = 'succeeded'
+          AND coalesce(detail->>'mode', 'poll') = 'poll') recent
+      WHERE n <= 20 GROUP BY connection`
+    return new Map(rows.map((row) => [row.connection, row.avg]))
   })

@@ -75,6 +75,11 @@ const seed = Effect.gen(function* () {
   const config = yield* AppConfig
   const jobs = [...new Set(scheduledJobs(config, new Date()).map((job) => job.job))]
   const synced = ALL.filter((connection) => !NOT_SYNCED.includes(connection))
+  // firm-001's older polls sent 40 requests each, its later ones (below) 4: its plan averages the latest 20.
+  yield* sql`
+    INSERT INTO crm_sync.job_runs (job, connection, status, started_at, finished_at, requests)
+    SELECT 'poll:businesses', 'firm-001', 'succeeded', now() - interval '5 days', now() - interval '5 days', 40
+    FROM generate_series(1, 30)`
   // firm-270's business poll last succeeded three days ago, long before everything else.
   yield* sql`
     INSERT INTO crm_sync.job_runs (job, connection, status, started_at, finished_at)
@@ -98,6 +103,8 @@ const seed = Effect.gen(function* () {
       SELECT 'crawl:financial_accounts', c.name, 'failed', now(), ${ERROR}
       FROM unnest(${FAILING}::text[]) AS c(name) ORDER BY c.name`
   }
+  yield* sql`UPDATE crm_sync.job_runs SET requests = 4
+    WHERE connection = 'firm-001' AND job = 'poll:businesses' AND requests = 0`
   yield* sql`
     INSERT INTO crm_sync.credentials (connection, needs_reauthorization)
     SELECT c.name, true FROM unnest(${REAUTH}::text[]) AS c(name)`
@@ -280,6 +287,8 @@ layer(World, { timeout: 180_000, excludeTestServices: true })("300 connections",
         report.plan.map((plan: { connection: string }) => plan.connection),
         ["firm-001"]
       )
+      const poll = report.plan[0].demand.find((job: { job: string }) => job.job === "poll:businesses")
+      assert.strictEqual(poll.requests_per_run, (4 * 4 + 16 * 40) / 20, "the latest 20 polls: four of 4, sixteen of 40")
       assert.isTrue(report.last_jobs.every((job: { connection: string }) => job.connection === "firm-001"))
 
       const unknown = yield* cli(["status", "--connection", "nobody"], url)
