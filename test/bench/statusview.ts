@@ -5,7 +5,8 @@
  * A partner's warehouse: N connections (default 500), each with `--runs` successful runs (default
  * 100) of each of its six scheduled jobs in `crm_sync.job_runs`, 6 % of them late, 4 % failing and
  * 2 % needing re-authorization. The admin routes are served in this process as the daemon serves
- * them, and while four clients keep asking for the page and `/status` without pause, the bench
+ * them, and quiet, then while four clients in the same process (so on the server's event loop)
+ * keep asking for the page and `/status` without pause, the bench
  * measures: how long one report takes to make (cold, the snapshot's background work); the time to
  * answer `/readyz`, `/status`, the page (page 1, and `?connection=`) from the client's side; and
  * `crm-sync status --connection NAME` and `crm-sync status` as processes. The figures go into
@@ -199,7 +200,7 @@ const figures = [
   `Measured ${new Date().toISOString().slice(0, 10)} on this machine by \`npx node test/bench/statusview.ts\`: ` +
     `${CONNECTIONS} connections, ${result.rows.toLocaleString("en-US")} job runs in \`crm_sync.job_runs\` ` +
     `(${RUNS} of each scheduled job per connection); "loaded": while four clients ask for the page and \`/status\` without pause ` +
-    `(the server and PostgreSQL share this machine's cores with the clients).`,
+    `(the clients run in the server's own process and share its event loop; PostgreSQL runs beside it on this machine).`,
   "",
   "| what | figure | target |",
   "|---|---|---|",
