@@ -137,7 +137,10 @@ const reauthorizationAlerts = (names: ReadonlyArray<string>) =>
           `<div class="alert">Connection <b>${e(name)}</b> needs re-authorization: run <code>crm-sync connect ${e(name)}</code>.</div>`
       )
     : [
-        `<div class="alert"><b>${names.length}</b> connections need re-authorization: run <code>crm-sync connect NAME</code> for each of ${names.map((name) => e(name)).join(", ")}.</div>`
+        `<div class="alert"><b>${names.length}</b> connections need re-authorization: run <code>crm-sync connect NAME</code> for each of ${names
+          .slice(0, ALERTS_SHOWN)
+          .map((name) => e(name))
+          .join(", ")}${names.length > ALERTS_SHOWN ? ` and ${names.length - ALERTS_SHOWN} more (below)` : ""}.</div>`
       ]
 
 const alerts = (report: StatusReport) =>
