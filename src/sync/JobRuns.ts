@@ -290,17 +290,6 @@ export const recentRuns = (limit: number, connection?: string) =>
       FROM crm_sync.job_runs WHERE ${only} ORDER BY id DESC LIMIT ${limit}`
   })
 
-/** Each job's latest status and when it last succeeded. */
-export const jobHealth = Effect.gen(function* () {
-  const sql = yield* SqlClient
-  return yield* sql<{ job: string; connection: string | null; last_success: Date | null; last_status: string }>`
-    SELECT DISTINCT ON (job, connection) job, connection, last_status,
-           (SELECT max(finished_at) FROM crm_sync.job_runs s
-            WHERE s.job = r.job AND s.connection IS NOT DISTINCT FROM r.connection AND s.status = 'succeeded') AS last_success
-    FROM (SELECT job, connection, status AS last_status, id FROM crm_sync.job_runs) r
-    ORDER BY job, connection, id DESC`
-})
-
 /**
  * For each (job, connection): its latest run's status, the end of its last success, and the runs
  * that failed since (how many, and the latest one's error). Read from the runs started within
