@@ -118,9 +118,22 @@ const migrate = Command.make("migrate", { json: jsonFlag }, (input) =>
   load(warehouseCommands, (module) => module.migrate(input))
 ).pipe(Command.withDescription("Apply pending warehouse migrations (schemas crm and crm_sync)."))
 
-const status = Command.make("status", { json: jsonFlag }, (input) =>
-  load(warehouseCommands, (module) => module.status(input))
-).pipe(Command.withDescription("Show rows and freshness per resource, the rate budget, and the inbox and outbox."))
+const status = Command.make(
+  "status",
+  {
+    connection: Flag.String("connection").pipe(
+      Flag.withDescription("Only this connection: its health, jobs and plan (default: a summary of all)"),
+      Flag.optional
+    ),
+    json: jsonFlag
+  },
+  ({ connection, json }) =>
+    load(warehouseCommands, (module) => module.status({ connection: Option.getOrUndefined(connection), json }))
+).pipe(
+  Command.withDescription(
+    "Show the connections' health, rows and freshness per resource, the rate budget, and the inbox and outbox."
+  )
+)
 
 const plan = Command.make("plan", { json: jsonFlag }, (input) =>
   load(warehouseCommands, (module) => module.plan(input))

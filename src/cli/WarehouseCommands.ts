@@ -33,10 +33,19 @@ export const migrate = (input: { readonly json: boolean }) =>
     )
   }).pipe(Effect.provide(DatabaseLive), withBase)
 
-export const status = (input: { readonly json: boolean }) =>
+/** `--connection NAME`: the report of that connection alone (its plan is the only one made). */
+export const status = (input: { readonly json: boolean; readonly connection?: string | undefined }) =>
   Effect.gen(function* () {
     const { renderStatus, statusReport } = yield* Effect.promise(statusModule)
-    const report = yield* statusReport(yield* AppConfig, yield* DatabaseInfo)
+    const config = yield* AppConfig
+    const only = input.connection
+    if (only !== undefined && !config.connections.some((connection) => connection.name === only)) {
+      const names = config.connections.map((connection) => connection.name)
+      return yield* new UsageError({
+        message: `status --connection: no connection named ${only} in this config (${names.length === 0 ? "none configured" : `configured: ${names.slice(0, 10).join(", ")}${names.length > 10 ? ", ..." : ""}`})`
+      })
+    }
+    const report = yield* statusReport(config, yield* DatabaseInfo, only)
     yield* Console.log(input.json ? JSON.stringify(report) : renderStatus(report))
   }).pipe(Effect.provide(MigratedDatabase), withBase)
 

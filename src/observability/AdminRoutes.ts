@@ -9,7 +9,6 @@
  * as `Authorization: Bearer <token>`; a browser as the password of HTTP Basic (any user name): a
  * 401 carries a Basic challenge, so the browser asks for it. The token is compared in constant time.
  */
-import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
@@ -21,7 +20,7 @@ import { timingSafeEqual } from "node:crypto"
 import { AppConfig } from "../config/AppConfig.ts"
 import { HealthRoutes } from "./Health.ts"
 import { renderStatusPage, statusDetails } from "./StatusPage.ts"
-import { StatusRoute, StatusSnapshot } from "./StatusReport.ts"
+import { queryOf, StatusRoute, StatusSnapshot, unknownConnection } from "./StatusReport.ts"
 
 /** Paths answered without the token: liveness and readiness probes. */
 const PROBES = ["/healthz", "/readyz"]
@@ -62,17 +61,15 @@ const requireToken = (token: Redacted.Redacted<string>, open: ReadonlySet<string
     { global: true }
   )
 
-/** The job intervals the page compares each job's last success with, in seconds. */
-const intervals = (config: AppConfig["Service"]) => ({
-  "poll:businesses": Duration.toSeconds(config.schedules.businesses),
-  crawl: Duration.toSeconds(config.schedules.crawl),
-  "crawl:businesses": Duration.toSeconds(config.schedules.business_crawl),
-  reference: Duration.toSeconds(config.schedules.reference)
-})
+/** `?page=N` as a number (1 when absent or not a number). */
+const pageNumber = (text: string | null) => {
+  const page = Number(text ?? "1")
+  return Number.isFinite(page) ? page : 1
+}
 
+/** The status page: `?connection=NAME` for one connection (404 when the config names none such), `?page=N`. */
 const StatusPageRoute = HttpRouter.use(
   Effect.fnUntraced(function* (router) {
-    const config = yield* AppConfig
     const snapshot = yield* StatusSnapshot
     const sql = yield* SqlClient
     yield* router.add(
@@ -80,8 +77,15 @@ const StatusPageRoute = HttpRouter.use(
       "/",
       Effect.gen(function* () {
         const report = yield* snapshot.current
-        const details = yield* statusDetails(intervals(config))
-        return HttpServerResponse.html(renderStatusPage(report, details))
+        const query = yield* queryOf
+        const connection = query.get("connection") ?? undefined
+        if (connection !== undefined && !report.config.connections.some((c) => c.name === connection)) {
+          return unknownConnection(connection)
+        }
+        const details = yield* statusDetails(connection)
+        return HttpServerResponse.html(
+          renderStatusPage(report, details, { connection, page: pageNumber(query.get("page")) })
+        )
       }).pipe(
         Effect.provideService(SqlClient, sql),
         Effect.catch(() => Effect.succeed(HttpServerResponse.text("status unavailable\n", { status: 503 })))

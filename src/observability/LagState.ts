@@ -10,7 +10,7 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import type { AppConfigShape } from "../config/AppConfig.ts"
 import { cursorPositions } from "../sync/Cursors.ts"
-import { successesAndFailures } from "../sync/JobRuns.ts"
+import { jobStates } from "../sync/JobRuns.ts"
 import { JobNames } from "../sync/SyncJobs.ts"
 import { undecodableCounts } from "../warehouse/Warehouse.ts"
 import { activeSubscriptions } from "../webhooks/Subscriptions.ts"
@@ -24,7 +24,7 @@ export interface JobLag {
   readonly interval_seconds: number
   /** Unix seconds of the last successful run's end; null: never. */
   readonly last_success: number | null
-  /** Failed runs since the last success. */
+  /** Failed runs since the last success (of those started within `stateHorizon`'s reach). */
   readonly failures: number
 }
 
@@ -79,14 +79,23 @@ export const scheduledJobs = (
   ])
 }
 
+/**
+ * How far back the job states are read (JobRuns' `jobStates`): twice the longest interval and an
+ * hour. A job whose last success is older is late by any reading; its last success is still
+ * found, and only its failures before that reach go uncounted.
+ */
+export const stateHorizon = (jobs: ReadonlyArray<{ readonly interval_seconds: number }>) =>
+  2 * Math.max(3600, ...jobs.map((job) => job.interval_seconds)) + 3600
+
 export const lagState = Effect.fn("LagState.read")(function* (config: AppConfigShape) {
   const jobs = scheduledJobs(config, new Date(yield* Effect.clockWith((clock) => clock.currentTimeMillis)))
-  const rows = yield* successesAndFailures(jobs)
+  const rows = yield* jobStates(jobs, stateHorizon(jobs))
   const byKey = new Map(rows.map((row) => [`${row.job}\u0000${row.connection}`, row]))
   return {
     jobs: jobs.map((job) => {
       const row = byKey.get(`${job.job}\u0000${job.connection}`)
-      return { ...job, last_success: row?.last_success ?? null, failures: row?.failures ?? 0 }
+      const success = row?.last_success ?? null
+      return { ...job, last_success: success === null ? null : success.getTime() / 1000, failures: row?.failures ?? 0 }
     }),
     cursors: yield* cursorPositions,
     endpoints: yield* lastDeliveries(config.webhooks.endpoints.map((endpoint) => endpoint.name)),

@@ -50,28 +50,51 @@ export const runsPerDay = (expression: string, from: Date): number =>
     }
   })
 
-const averageRequests = (job: string, connection: string, fallback: number) =>
-  Effect.map(averagePollRequests(job, connection), (avg) =>
-    avg === null ? fallback : Math.max(1, Math.round(avg * 10) / 10)
-  )
+const averageRequests = (averages: ReadonlyMap<string, number>, connection: string, fallback: number) => {
+  const avg = averages.get(connection)
+  return avg === undefined ? fallback : Math.max(1, Math.round(avg * 10) / 10)
+}
+
+/**
+ * What every connection's plan reads alike (a table's live rows, the transcript deliveries of the
+ * last day), read once per report rather than once per connection: each is a count.
+ */
+interface Shared {
+  readonly liveRows: Map<string, number>
+  followUps: number | undefined
+  /** Requests per run of the last 20 polls and reference refreshes, by connection. */
+  readonly polls: ReadonlyMap<string, number>
+  readonly references: ReadonlyMap<string, number>
+}
 
 /** Records in a listing: the latest crawl's total, else the warehouse's live rows. */
-const listingSize = (connection: string, resource: string) =>
+const listingSize = (connection: string, resource: string, shared: Shared) =>
   Effect.gen(function* () {
     const total = yield* lastListingTotal(connection, resource)
-    return total !== null ? total : yield* liveRows(resource)
+    if (total !== null) return total
+    const known = shared.liveRows.get(resource)
+    if (known !== undefined) return known
+    const rows = yield* liveRows(resource)
+    shared.liveRows.set(resource, rows)
+    return rows
   })
 
 /** Requests per hour over the last day: outbox attempts of this connection, and transcript reads. */
-const recentRates = (connection: string, isFirst: boolean) =>
+const recentRates = (connection: string, isFirst: boolean, shared: Shared) =>
   Effect.gen(function* () {
     const outbound = yield* attemptsLastDay(connection, isFirst)
-    const followUps = yield* receivedLastDay("meeting.transcript_ready")
-    return { outboundPerHour: outbound / 24, followUpPerHour: followUps / 24 }
+    shared.followUps ??= yield* receivedLastDay("meeting.transcript_ready")
+    return { outboundPerHour: outbound / 24, followUpPerHour: shared.followUps / 24 }
   })
 
 /** The plan input of one connection, read from the database. */
-const inputFor = (config: AppConfigShape, connection: Connection, now: Date, userId: string | undefined) =>
+const inputFor = (
+  config: AppConfigShape,
+  connection: Connection,
+  now: Date,
+  userId: string | undefined,
+  shared: Shared
+) =>
   Effect.gen(function* () {
     // The buckets the client draws on (an OAuth grant's user's, once known), each at the ceiling
     // the budget learned for it (others spend the rest), while it holds.
@@ -90,12 +113,12 @@ const inputFor = (config: AppConfigShape, connection: Connection, now: Date, use
     for (const { resource, setting } of crawled) {
       crawls.push({
         resource,
-        records: yield* listingSize(connection.name, resource),
+        records: yield* listingSize(connection.name, resource, shared),
         intervalMs: Duration.toMillis(config.schedules[setting]),
         setting: `schedules.${setting}`
       })
     }
-    const rates = yield* recentRates(connection.name, config.connections[0]?.name === connection.name)
+    const rates = yield* recentRates(connection.name, config.connections[0]?.name === connection.name, shared)
     return planConnection({
       connection: connection.name,
       credential: connection.credential,
@@ -108,11 +131,11 @@ const inputFor = (config: AppConfigShape, connection: Connection, now: Date, use
       },
       poll: {
         intervalMs: Duration.toMillis(config.schedules.businesses),
-        requestsPerRun: yield* averageRequests("poll:businesses", connection.name, DEFAULT_POLL_REQUESTS)
+        requestsPerRun: averageRequests(shared.polls, connection.name, DEFAULT_POLL_REQUESTS)
       },
       reference: {
         intervalMs: Duration.toMillis(config.schedules.reference),
-        requestsPerRun: yield* averageRequests("reference", connection.name, DEFAULT_REFERENCE_REQUESTS)
+        requestsPerRun: averageRequests(shared.references, connection.name, DEFAULT_REFERENCE_REQUESTS)
       },
       reconcile: { runsPerDay: runsPerDay(config.schedules.reconcile, now), share: config.budget.reconcile_share },
       ...rates,
@@ -121,13 +144,21 @@ const inputFor = (config: AppConfigShape, connection: Connection, now: Date, use
     })
   })
 
-/** Every configured connection's plan. */
-export const planReport = Effect.fn("PlanReport.make")(function* (config: AppConfigShape) {
+/** Every configured connection's plan (`only`: that connection's alone). */
+export const planReport = Effect.fn("PlanReport.make")(function* (config: AppConfigShape, only?: string) {
   const now = new Date(yield* Effect.clockWith((clock) => clock.currentTimeMillis))
   const plans: Array<ConnectionPlan> = []
   const users = yield* recordedUsers
-  for (const connection of config.connections) {
-    plans.push(yield* inputFor(config, connection, now, users.get(connection.name)))
+  const planned = config.connections.filter((connection) => only === undefined || connection.name === only)
+  const names = planned.map((connection) => connection.name)
+  const shared: Shared = {
+    liveRows: new Map(),
+    followUps: undefined,
+    polls: yield* averagePollRequests("poll:businesses", names),
+    references: yield* averagePollRequests("reference", names)
+  }
+  for (const connection of planned) {
+    plans.push(yield* inputFor(config, connection, now, users.get(connection.name), shared))
   }
   return plans
 })

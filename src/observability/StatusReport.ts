@@ -8,7 +8,9 @@ import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Ref from "effect/Ref"
 import * as HttpRouter from "effect/http/HttpRouter"
+import * as HttpServerRequest from "effect/http/HttpServerRequest"
 import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import { SqlClient } from "effect/sql/SqlClient"
 import { AppConfig, type AppConfigShape } from "../config/AppConfig.ts"
@@ -24,6 +26,12 @@ import { inboxCounts } from "../webhooks/WebhookInbox.ts"
 import { reasonText, recentRefusals } from "../webhooks/WebhookRefusals.ts"
 import type { ConnectionPlan } from "../budget/Plan.ts"
 import { planReport } from "./PlanReport.ts"
+import {
+  type ConnectionHealth,
+  connectionHealth,
+  type HealthSummary,
+  summarize as summarizeHealth
+} from "./ConnectionHealth.ts"
 import { formatDuration } from "./Text.ts"
 
 export interface ResourceStatus {
@@ -53,6 +61,10 @@ export interface StatusReport {
     readonly webhook_endpoints: ReadonlyArray<string>
   }
   readonly database: DatabaseInfoShape
+  /** How many configured connections are healthy, late, failing, need re-authorization or have not synced yet. */
+  readonly summary: HealthSummary
+  /** Each configured connection's state, why, and its scheduled jobs; the unhealthy first. */
+  readonly connection_health: ReadonlyArray<ConnectionHealth>
   readonly resources: Record<string, ResourceStatus>
   readonly buckets: ReadonlyArray<BucketStatus>
   readonly inbox: Record<string, number>
@@ -106,9 +118,15 @@ const currentWindows = (config: AppConfigShape) =>
     return windows.filter((window) => !replaced.has(window.bucket))
   })
 
+/**
+ * The report; `only`: of that connection alone (its health and plan are the only ones made);
+ * `plans`: the connections' plans when the caller has them (else they are made).
+ */
 export const statusReport = Effect.fn("StatusReport.make")(function* (
   config: AppConfigShape,
-  database: DatabaseInfoShape
+  database: DatabaseInfoShape,
+  only?: string,
+  plans?: ReadonlyArray<ConnectionPlan>
 ) {
   const cursors = yield* latestCursors
   const resources: Record<string, ResourceStatus> = {}
@@ -127,8 +145,14 @@ export const statusReport = Effect.fn("StatusReport.make")(function* (
   const gaps = yield* grantGaps
   const refusals = yield* recentRefusals(REFUSALS_SHOWN)
   const jobs = yield* latestRuns
-  return {
-    generated_at: new Date(yield* Effect.clockWith((clock) => clock.currentTimeMillis)).toISOString(),
+  const now = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
+  const health = yield* connectionHealth(
+    only === undefined ? config : { ...config, connections: config.connections.filter((c) => c.name === only) },
+    reauth,
+    now
+  )
+  const report = {
+    generated_at: new Date(now).toISOString(),
     config: {
       origin: config.origin,
       connections: config.connections.map((connection) => ({
@@ -140,6 +164,8 @@ export const statusReport = Effect.fn("StatusReport.make")(function* (
       webhook_endpoints: config.webhooks.endpoints.map((endpoint) => `/webhooks/${endpoint.name}`)
     },
     database,
+    summary: summarizeHealth(health),
+    connection_health: health,
     resources,
     buckets: windows.map((window) => ({
       bucket: window.bucket,
@@ -166,8 +192,9 @@ export const statusReport = Effect.fn("StatusReport.make")(function* (
       last_at: iso(row.last_at)!
     })),
     last_jobs: jobs.map((job) => ({ ...job, finished_at: iso(job.finished_at) })),
-    plan: yield* planReport(config)
+    plan: plans ?? (yield* planReport(config, only))
   } satisfies StatusReport
+  return only === undefined ? report : forConnection(report, only)
 })
 
 const pad = (text: string, width: number) => text.padEnd(width)
@@ -212,13 +239,72 @@ const unconfiguredLine = (report: StatusReport) => {
     : `connections none in this config; the warehouse has jobs of ${seen.toSorted().join(", ")}, configured where they run`
 }
 
+/**
+ * The report narrowed to one connection: its configuration, health, jobs, plan, grant gaps and
+ * re-authorization; the summary, warehouse, budget, inbox and outbox stay whole.
+ */
+export const forConnection = (report: StatusReport, name: string): StatusReport => ({
+  ...report,
+  config: { ...report.config, connections: report.config.connections.filter((c) => c.name === name) },
+  connection_health: report.connection_health.filter((health) => health.connection === name),
+  connections_needing_reauthorization: report.connections_needing_reauthorization.filter((c) => c === name),
+  grant_gaps: report.grant_gaps.filter((gap) => gap.connection === name),
+  last_jobs: report.last_jobs.filter((job) => job.connection === name),
+  plan: report.plan.filter((plan) => plan.connection === name)
+})
+
+/** With more connections than this, the text lists only those that are not healthy. */
+const LISTED_IN_FULL = 10
+
+const STATE_WORDS: Record<keyof StatusReport["summary"], string> = {
+  connections: "connections",
+  healthy: "healthy",
+  late: "late",
+  failing: "failing",
+  needs_reauthorization: "needing re-authorization",
+  not_synced: "not synced yet"
+}
+
+/** "300 connections: 250 healthy, 20 late, 20 failing, 10 needing re-authorization, 0 not synced yet". */
+export const summaryLine = (summary: StatusReport["summary"]): string =>
+  `${summary.connections} ${summary.connections === 1 ? "connection" : "connections"}: ` +
+  (["healthy", "late", "failing", "needs_reauthorization", "not_synced"] as const)
+    .map((state) => `${summary[state]} ${STATE_WORDS[state]}`)
+    .join(", ")
+
+/** The summary, then one line per connection that is not healthy, with its reasons. */
+const healthLines = (report: StatusReport): ReadonlyArray<string> =>
+  report.config.connections.length === 0
+    ? []
+    : [
+        `health      ${summaryLine(report.summary)}`,
+        ...report.connection_health
+          .filter((health) => health.state !== "healthy")
+          .map(
+            (health) =>
+              `${pad(health.state === "needs_reauthorization" ? "reauth" : health.state, 12)}${health.connection}: ${health.reasons.join("; ")}`
+          )
+      ]
+
 /** The human-readable form printed by `crm-sync status`. */
 export const renderStatus = (report: StatusReport): string => {
   const lines: Array<string> = []
   lines.push(`config      ${report.config.origin}`)
   lines.push(`database    ${report.database.kind}: ${report.database.location}`)
   if (report.config.connections.length === 0) lines.push(unconfiguredLine(report))
-  for (const connection of report.config.connections) {
+  // Hundreds of connections: only those that are not healthy, in full.
+  const many = report.config.connections.length > LISTED_IN_FULL
+  const listed = new Set(
+    report.connection_health.flatMap((health) => (many && health.state === "healthy" ? [] : [health.connection]))
+  )
+  const shown = (name: string | null) => !many || name === null || listed.has(name)
+  for (const line of healthLines(report)) lines.push(line)
+  if (many) {
+    lines.push(
+      `connections ${report.config.connections.length - listed.size} healthy not listed: crm-sync status --connection NAME shows one`
+    )
+  }
+  for (const connection of report.config.connections.filter((c) => shown(c.name))) {
     const reauth = report.connections_needing_reauthorization.includes(connection.name)
       ? "  NEEDS RE-AUTHORIZATION"
       : ""
@@ -246,7 +332,7 @@ export const renderStatus = (report: StatusReport): string => {
     )
   }
   lines.push("")
-  for (const plan of report.plan) {
+  for (const plan of report.plan.filter((p) => shown(p.connection) || !p.fits)) {
     lines.push(
       plan.fits
         ? `plan        ${plan.connection}: the schedules fit the budget (${Math.round(plan.demand_per_hour)} of ${plan.limit_per_hour} requests/hour)`
@@ -257,7 +343,7 @@ export const renderStatus = (report: StatusReport): string => {
   lines.push(`inbox       ${summarize(report.inbox)}`)
   for (const line of refusalLines(report)) lines.push(`refused     ${line}`)
   lines.push(`outbox      ${summarize(report.outbox)}`)
-  for (const job of report.last_jobs) {
+  for (const job of report.last_jobs.filter((j) => shown(j.connection))) {
     lines.push(
       `job         ${job.job}${job.connection ? ` (${job.connection})` : ""}: ${job.status} ${job.finished_at === null ? "" : ago(report.generated_at, job.finished_at)}`
     )
@@ -265,13 +351,26 @@ export const renderStatus = (report: StatusReport): string => {
   return lines.join("\n")
 }
 
-/** How old a report served over HTTP may be. */
+/** How old a report served over HTTP may be before a request starts making a fresh one. */
 export const SNAPSHOT_TTL = Duration.seconds(5)
 
 /**
- * The report served over HTTP (`/status`, the status page): computed at most once every
- * SNAPSHOT_TTL however many callers ask, so its cost to the database — a count over every table —
- * does not grow with them (16 concurrent callers once slowed webhook acknowledgements 12-fold).
+ * How old the plans in a report served over HTTP may be: a plan reads a few queries per
+ * connection and follows hourly rates, so it is remade less often than the rest.
+ */
+export const PLAN_TTL = Duration.minutes(5)
+
+/** How old a report may be and still be served while a fresh one is made; older, a request waits for it. */
+export const SNAPSHOT_STALE = Duration.minutes(1)
+
+/**
+ * The report served over HTTP (`/status`, the status page): made at most once every SNAPSHOT_TTL
+ * however many callers ask, so its cost to the database — a count over every table, each
+ * connection's jobs — does not grow with them (16 concurrent callers once slowed webhook
+ * acknowledgements 12-fold). A caller is answered from the last report while a fresh one is made
+ * in the background (stale-while-revalidate), so its answer does not wait on those queries however
+ * many connections there are; only a report older than SNAPSHOT_STALE (nobody asked for a minute)
+ * is waited for. The first one is started with the layer. Its plans are remade every PLAN_TTL.
  */
 export class StatusSnapshot extends Context.Service<
   StatusSnapshot,
@@ -283,26 +382,69 @@ export class StatusSnapshot extends Context.Service<
       const config = yield* AppConfig
       const database = yield* DatabaseInfo
       const sql = yield* SqlClient
-      const current = yield* Effect.cachedWithTTL(
-        statusReport(config, database).pipe(Effect.provideService(SqlClient, sql)),
+      const scope = yield* Effect.scope
+      const plans = yield* Effect.cachedWithTTL(planReport(config), PLAN_TTL)
+      // Single-flight: concurrent callers within SNAPSHOT_TTL share one making of the report.
+      const make = yield* Effect.cachedWithTTL(
+        Effect.flatMap(plans, (made) => statusReport(config, database, undefined, made)).pipe(
+          Effect.provideService(SqlClient, sql)
+        ),
         SNAPSHOT_TTL
       )
+      const latest = yield* Ref.make<StatusReport | undefined>(undefined)
+      const fresh = Effect.tap(make, (report) => Ref.set(latest, report))
+      const inBackground = Effect.forkIn(Effect.ignore(fresh), scope)
+      yield* inBackground
+      const current = Effect.gen(function* () {
+        const now = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
+        const last = yield* Ref.get(latest)
+        const age = last === undefined ? Infinity : now - Date.parse(last.generated_at)
+        if (last === undefined || age > Duration.toMillis(SNAPSHOT_STALE)) return yield* fresh
+        if (age > Duration.toMillis(SNAPSHOT_TTL)) yield* inBackground
+        return last
+      })
       return StatusSnapshot.of({ current })
     })
   )
 }
 
-/** `GET /status`: the same report as `crm-sync status --json` (at most SNAPSHOT_TTL old). */
+/** The query of a request's URL (`?connection=NAME&page=2`). */
+export const queryOf = Effect.map(
+  HttpServerRequest.HttpServerRequest,
+  (request) => new URL(request.url, "http://admin.invalid").searchParams
+)
+
+/** 404 for a connection the config does not name. */
+export const unknownConnection = (name: string) =>
+  HttpServerResponse.text(`no connection named ${name} in this config\n`, { status: 404 })
+
+/** The whole report as JSON, written once per report however many callers ask for it (it grows with the connections). */
+const written = new WeakMap<StatusReport, string>()
+const wholeJson = (report: StatusReport) => {
+  const known = written.get(report)
+  if (known !== undefined) return known
+  const json = JSON.stringify(report)
+  written.set(report, json)
+  return json
+}
+
+/**
+ * `GET /status`: the same report as `crm-sync status --json` (at most SNAPSHOT_TTL old, or being
+ * remade); `?connection=NAME` narrows it to that connection (the summary stays whole).
+ */
 export const StatusRoute = HttpRouter.use(
   Effect.fnUntraced(function* (router) {
     const snapshot = yield* StatusSnapshot
     yield* router.add(
       "GET",
       "/status",
-      snapshot.current.pipe(
-        Effect.map((report) => HttpServerResponse.jsonUnsafe(report)),
-        Effect.catch(() => Effect.succeed(HttpServerResponse.text("status unavailable\n", { status: 503 })))
-      )
+      Effect.gen(function* () {
+        const report = yield* snapshot.current
+        const name = (yield* queryOf).get("connection")
+        if (name === null) return HttpServerResponse.text(wholeJson(report), { contentType: "application/json" })
+        if (!report.config.connections.some((connection) => connection.name === name)) return unknownConnection(name)
+        return HttpServerResponse.jsonUnsafe(forConnection(report, name))
+      }).pipe(Effect.catch(() => Effect.succeed(HttpServerResponse.text("status unavailable\n", { status: 503 }))))
     )
   })
 )

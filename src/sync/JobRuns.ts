@@ -307,10 +307,11 @@ export const latestRuns = Effect.gen(function* () {
     FROM crm_sync.job_runs ORDER BY job, connection, id DESC`
 })
 
-/** The `limit` most recent runs, newest first, with how long each took (null: still running). */
-export const recentRuns = (limit: number) =>
+/** The `limit` most recent runs (of `connection`'s jobs, if given), newest first, with how long each took (null: still running). */
+export const recentRuns = (limit: number, connection?: string) =>
   Effect.gen(function* () {
     const sql = yield* SqlClient
+    const only = connection === undefined ? sql`TRUE` : sql`connection = ${connection}`
     return yield* sql<{
       job: string
       connection: string | null
@@ -321,47 +322,86 @@ export const recentRuns = (limit: number) =>
     }>`
       SELECT job, connection, status, started_at,
              extract(epoch FROM finished_at - started_at)::float8 AS seconds, error
-      FROM crm_sync.job_runs ORDER BY id DESC LIMIT ${limit}`
+      FROM crm_sync.job_runs WHERE ${only} ORDER BY id DESC LIMIT ${limit}`
   })
 
-/** Each job's latest status and when it last succeeded. */
-export const jobHealth = Effect.gen(function* () {
-  const sql = yield* SqlClient
-  return yield* sql<{ job: string; connection: string | null; last_success: Date | null; last_status: string }>`
-    SELECT DISTINCT ON (job, connection) job, connection, last_status,
-           (SELECT max(finished_at) FROM crm_sync.job_runs s
-            WHERE s.job = r.job AND s.connection IS NOT DISTINCT FROM r.connection AND s.status = 'succeeded') AS last_success
-    FROM (SELECT job, connection, status AS last_status, id FROM crm_sync.job_runs) r
-    ORDER BY job, connection, id DESC`
-})
-
-/** For each (job, connection): the end of its last success (unix seconds) and the failures since. */
-export const successesAndFailures = (jobs: ReadonlyArray<{ readonly job: string; readonly connection: string }>) =>
+/**
+ * For each (job, connection): its latest run's status, the end of its last success, and the runs
+ * that failed since (how many, and the latest one's error). Read from the runs started within
+ * `horizonSeconds` (a range of the primary key, found from its newest end: its cost follows what
+ * the schedules ran in that time, not the history kept nor the pairs asked about); only a pair
+ * with no success in that range is looked up further back, by itself.
+ */
+export const jobStates = (
+  jobs: ReadonlyArray<{ readonly job: string; readonly connection: string }>,
+  horizonSeconds: number
+) =>
   Effect.gen(function* () {
     const sql = yield* SqlClient
-    return yield* sql<{ job: string; connection: string; last_success: number | null; failures: number }>`
-      SELECT j.job, j.connection,
-             extract(epoch FROM s.finished_at)::float8 AS last_success,
-             (SELECT count(*)::int FROM crm_sync.job_runs f
-              WHERE f.job = j.job AND f.connection = j.connection AND f.status = 'failed'
-                AND f.id > COALESCE(s.id, 0)) AS failures
-      FROM unnest(${jobs.map((job) => job.job)}::text[], ${jobs.map((job) => job.connection)}::text[]) AS j(job, connection)
-      LEFT JOIN LATERAL (
-        SELECT r.id, r.finished_at FROM crm_sync.job_runs r
-        WHERE r.job = j.job AND r.connection = j.connection AND r.status = 'succeeded'
-        ORDER BY r.id DESC LIMIT 1
-      ) AS s ON true`
+    return yield* sql<{
+      job: string
+      connection: string
+      last_status: string | null
+      last_success: Date | null
+      failures: number
+      last_error: string | null
+    }>`
+      WITH keys AS (
+        SELECT * FROM unnest(${jobs.map((job) => job.job)}::text[], ${jobs.map((job) => job.connection)}::text[])
+          AS j(job, connection)
+      ),
+      recent AS (
+        SELECT r.id, r.job, r.connection, r.status, r.finished_at, r.error FROM crm_sync.job_runs r
+        WHERE r.id > COALESCE((SELECT o.id FROM crm_sync.job_runs o
+                               WHERE o.started_at < now() - make_interval(secs => ${horizonSeconds})
+                               ORDER BY o.id DESC LIMIT 1), 0)
+          AND r.connection IS NOT NULL
+      ),
+      latest AS (
+        SELECT DISTINCT ON (job, connection) job, connection, status FROM recent ORDER BY job, connection, id DESC
+      ),
+      success AS (
+        SELECT DISTINCT ON (job, connection) job, connection, id, finished_at FROM recent
+        WHERE status = 'succeeded' ORDER BY job, connection, id DESC
+      ),
+      found AS (
+        SELECT k.job, k.connection, l.status AS last_status,
+               COALESCE(s.id, old.id) AS success_id, COALESCE(s.finished_at, old.finished_at) AS last_success
+        FROM keys k
+        LEFT JOIN latest l ON l.job = k.job AND l.connection = k.connection
+        LEFT JOIN success s ON s.job = k.job AND s.connection = k.connection
+        LEFT JOIN LATERAL (
+          SELECT r.id, r.finished_at FROM crm_sync.job_runs r
+          WHERE s.id IS NULL AND r.job = k.job AND r.connection = k.connection AND r.status = 'succeeded'
+          ORDER BY r.id DESC LIMIT 1
+        ) AS old ON true
+      )
+      SELECT f.job, f.connection,
+             COALESCE(f.last_status, (SELECT r.status FROM crm_sync.job_runs r
+                                      WHERE r.id = f.success_id)) AS last_status,
+             f.last_success, COALESCE(x.failures, 0)::int AS failures, x.error AS last_error
+      FROM found f
+      LEFT JOIN (
+        SELECT r.job, r.connection, count(*)::int AS failures, (array_agg(r.error ORDER BY r.id DESC))[1] AS error
+        FROM recent r LEFT JOIN success s ON s.job = r.job AND s.connection = r.connection
+        WHERE r.status = 'failed' AND r.id > COALESCE(s.id, 0)
+        GROUP BY r.job, r.connection
+      ) AS x ON x.job = f.job AND x.connection = f.connection`
   })
 
-/** Requests of the last 20 successful incremental runs of `job` on average (null: none yet). */
-export const averagePollRequests = (job: string, connection: string) =>
+/**
+ * Requests of the last 20 successful incremental runs of `job` on average, for each of
+ * `connections` that has any: one pass over the job's successes, not one walk per connection.
+ */
+export const averagePollRequests = (job: string, connections: ReadonlyArray<string>) =>
   Effect.gen(function* () {
     const sql = yield* SqlClient
-    const rows = yield* sql<{ avg: number | null }>`
-      SELECT avg(requests)::float8 AS avg FROM (
-        SELECT requests FROM crm_sync.job_runs
-        WHERE job = ${job} AND connection = ${connection} AND status = 'succeeded'
-          AND coalesce(detail->>'mode', 'poll') = 'poll'
-        ORDER BY id DESC LIMIT 20) recent`
-    return rows[0]?.avg ?? null
+    const rows = yield* sql<{ connection: string; avg: number }>`
+      SELECT connection, avg(requests)::float8 AS avg FROM (
+        SELECT connection, requests, row_number() OVER (PARTITION BY connection ORDER BY id DESC) AS n
+        FROM crm_sync.job_runs
+        WHERE job = ${job} AND connection = ANY(${connections}::text[]) AND status = 'succeeded'
+          AND coalesce(detail->>'mode', 'poll') = 'poll') recent
+      WHERE n <= 20 GROUP BY connection`
+    return new Map(rows.map((row) => [row.connection, row.avg]))
   })

@@ -1,14 +1,24 @@
 /**
  * `npm run bench [-- NAME ...] [-- --quick] [-- --no-docs]`: runs the benchmarks one after another,
  * each in a process of its own (they measure memory and CPU, and must not share a heap), and
- * passes the flags on. With no name, every one: budget, fairness, crawl, intake, freshness, hostile, startup, partner. Each prints its
+ * passes the flags on. With no name, every one: budget, fairness, crawl, intake, freshness, hostile, startup, partner, statusview. Each prints its
  * figures and writes them into the docs between their markers (see figures.ts).
  */
 import { spawnSync } from "node:child_process"
 import { fileURLToPath } from "node:url"
 import { v8FlagsFor } from "../../bin/v8-flags.js"
 
-const benches = ["budget", "fairness", "crawl", "intake", "freshness", "hostile", "startup", "partner"] as const
+const benches = [
+  "budget",
+  "fairness",
+  "crawl",
+  "intake",
+  "freshness",
+  "hostile",
+  "startup",
+  "partner",
+  "statusview"
+] as const
 
 const args = process.argv.slice(2)
 const flags = args.filter((arg) => arg.startsWith("--"))

@@ -1,6 +1,7 @@
 /**
  * The status page in a real browser (Debian's Chromium, driven by playwright-core) against a
- * running daemon syncing the sandbox: it loads without console errors and shows every warehouse
+ * running daemon syncing the sandbox: it loads without console errors, leads with the connections'
+ * summary, and shows every warehouse
  * resource, a budget bar, the inbox counts, a dead delivery with its reason and a refused write
  * under the name of the record it would create — an HTML-looking name, which renders as text,
  * never as markup. The screenshot is written to
@@ -96,6 +97,13 @@ layer(
       assert.strictEqual(response?.status(), 200)
 
       const text = yield* Effect.promise(() => page.locator("body").innerText())
+      // The page leads with the connections' summary.
+      const summary = yield* Effect.promise(() => page.locator("#summary").innerText())
+      assert.match(
+        summary,
+        /^1 connection\(s\): [01] healthy · 0 late · 0 failing · 0 needing re-authorization · [01] not synced yet$/
+      )
+      assert.isBelow(text.indexOf(summary), text.indexOf("CONNECTIONS"))
       for (const resource of Object.keys(report.resources)) assert.include(text, resource)
       assert.match(text, /Webhook inbox: .*processed \d+.*dead 1|Webhook inbox: .*dead 1/)
       assert.isAtLeast(yield* Effect.promise(() => page.locator(".bar > span").count()), 1, "a budget bar")

@@ -6,6 +6,8 @@ const report = (jobs: StatusReport["last_jobs"]): StatusReport => ({
   generated_at: "2026-11-26T03:00:00.000Z",
   config: { origin: "defaults", connections: [], webhook_endpoints: [] },
   database: { kind: "embedded", location: ".crm-sync/data" },
+  summary: { connections: 0, healthy: 0, late: 0, failing: 0, needs_reauthorization: 0, not_synced: 0 },
+  connection_health: [],
   resources: {},
   buckets: [],
   inbox: {},

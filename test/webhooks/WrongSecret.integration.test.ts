@@ -109,8 +109,7 @@ layer(TestLayer, { excludeTestServices: true, timeout: 60_000 })("a wrong webhoo
         oldest_outbox_waiting: null,
         dead: [],
         outbox_problems: [],
-        runs: [],
-        jobs: []
+        runs: []
       })
       assert.include(page, "endpoint client-created: 14 deliveries refused, bad signature")
 
