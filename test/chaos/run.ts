@@ -1,5 +1,6 @@
 /**
- * The chaos suite: `npm run test:chaos -- [--seed S] [--minutes M] [--replicas R] [--no-docs]`.
+ * The chaos suite: `npm run test:chaos -- [--seed S] [--minutes M] [--replicas R] [--no-docs]
+ * [--connections N [--overlap X]]`.
  *
  * Proves the promise a firm buys: after any mix of failures, left alone for a while, the warehouse
  * equals the CRM and every write went out exactly once. For `M` minutes (default 2), `R` (default
@@ -12,6 +13,13 @@
  * (verdict.ts) compares everything. Every random choice comes from the seed, which is printed
  * first; a failing run prints the command that repeats it. (The interleaving of processes is the
  * operating system's: a seed repeats the same world and the same faults, not the same timing.)
+ *
+ * `--connections N` (many-connections mode): the sandbox is one firm of N advisors and four books,
+ * each advisor seeing a share `X` of them (default 0.5, consecutive, so their books overlap), and
+ * the config adds a personal-token connection per advisor beside the OAuth one (which alone gets
+ * webhooks and writes). The same world, faults, kills and verdict, whose listings are then every
+ * connection's; before the reconciliation it waits (bounded) for every connection's first runs.
+ * Its figures are not written to the docs.
  */
 import { Context, Effect, Exit, Layer, Scope } from "effect"
 import { randomBytes } from "node:crypto"
