@@ -315,6 +315,7 @@ const loops = [
   })()
 ]
 await Promise.all(loops)
+const activityStoppedAt = new Date()
 figures.outbox_rows = outboxRows.length
 log(`faults and activity stop (${Object.values(activity.counts).reduce((a, b) => a + b, 0)} changes)`)
 
@@ -332,7 +333,7 @@ await replicas.ready(60_000)
 await run(admin.flushDebounce)
 const settled = await waitForQuiet()
 log(settled ? "deliveries and outbox settled" : "deliveries or outbox did NOT settle within the bound")
-if (many) log(`first runs: ${await waitForFirstRuns()} (connection, job) pair(s) not done or last failed`)
+if (many) log(`first runs and two crawls since: ${await waitForFirstRuns()} pair(s) not done`)
 // What the events did on their own, before anything repairs it.
 const beforeReconcile = await judgeEvents(sandbox, warehouseQuery(database), activity.silent())
 log(`events judged before the reconciliation: ${beforeReconcile.mismatches.length} mismatch(es)`)
@@ -413,15 +414,30 @@ process.exit(0)
 /**
  * Many-connections mode: waits (bounded) until every connection's first runs of every job have
  * succeeded and none's last finished run failed (a run failed by the faults is run again on its
- * schedule once they stop). Returns how many (connection, job) pairs are still not so.
+ * schedule once they stop), and every connection's crawls have read each listing whole twice since
+ * the activity stopped: a record deleted late is deleted only once no other connection still
+ * tracks it (missed by two clean crawls of each), and the reconciliation keeps to that rule too.
+ * Returns how many (connection, job) and (connection, listing) pairs are still not so.
  */
 async function waitForFirstRuns(): Promise<number> {
   const names = ["chaos", ...advisors.map((advisor) => advisor.name)]
   const deadline = Date.now() + 180_000
+  const query = warehouseQuery(database)
   let left = names.length * FIRST_RUNS.length
   while (Date.now() < deadline) {
-    left = await firstRunsLeft(warehouseQuery(database), names).then(
-      (pairs) => pairs.length,
+    left = await Promise.all([
+      firstRunsLeft(query, names),
+      query<{ n: number }>(
+        `SELECT count(*)::int AS n
+         FROM unnest($1::text[]) AS c(connection),
+              unnest(ARRAY['businesses', 'annuity_contracts', 'financial_accounts']) AS l(resource)
+         WHERE (SELECT count(*) FROM crm_sync.crawl_runs r
+                WHERE r.connection = c.connection AND r.resource = l.resource
+                  AND r.status = 'complete' AND r.started_at > $2) < 2`,
+        [names, activityStoppedAt]
+      )
+    ]).then(
+      ([pairs, crawls]) => pairs.length + (crawls[0]?.n ?? 0),
       () => left
     )
     if (left === 0) return 0
