@@ -18,7 +18,16 @@ import { AppConfig } from "../config/AppConfig.ts"
 import { planDeletion } from "./DeletionPlan.ts"
 import { SqlClient } from "effect/sql/SqlClient"
 import type { SqlError } from "effect/sql/SqlError"
-import { eligibleHolders, heldBy, heldNote, holdFor, type HoldPolicy, holdPolicy, nothingHeld } from "./CrawlHolds.ts"
+import {
+  eligibleHolders,
+  type Held,
+  heldBy,
+  heldNote,
+  holdFor,
+  type HoldPolicy,
+  holdPolicy,
+  nothingHeld
+} from "./CrawlHolds.ts"
 import { CurrentLease } from "./JobLease.ts"
 import { type Resource, type Source, type UpsertResult, Warehouse } from "../warehouse/Warehouse.ts"
 import type { WarehouseError } from "../warehouse/WarehouseError.ts"
@@ -336,7 +345,7 @@ const countMisses = Effect.fnUntraced(function* (sql: SqlClient, run: CrawlRun) 
 const trackedElsewhere = Effect.fnUntraced(function* (
   sql: SqlClient,
   policy: HoldPolicy,
-  run: CrawlRun,
+  run: Pick<CrawlRun, "connection" | "resource">,
   candidates: ReadonlyArray<string>
 ) {
   if (candidates.length === 0) return nothingHeld
@@ -501,6 +510,15 @@ export class CrawlRuns extends Context.Service<
       resource: Resource,
       ids: ReadonlyArray<string>
     ) => Effect.Effect<void, CrawlRunsError>
+    /**
+     * Which of `ids` another connection that still crawls the listing tracks (the hold rule of
+     * `finishClean`), and who holds how many: the reconciliation deletes none of them.
+     */
+    readonly heldElsewhere: (
+      connection: string,
+      resource: Resource,
+      ids: ReadonlyArray<string>
+    ) => Effect.Effect<Held, CrawlRunsError>
     /** What a run counted so far, as stored. */
     readonly totals: (run: CrawlRun) => Effect.Effect<RunTotals, CrawlRunsError>
     /** Marks a run failed (it stays resumable, and its pages count as seen; nothing is deleted). */
@@ -519,6 +537,7 @@ export class CrawlRuns extends Context.Service<
         finishClean: finishClean(sql, policy),
         closeOrphans: closeOrphans(sql),
         forgetMisses: forgetMisses(sql),
+        heldElsewhere: (connection, resource, ids) => trackedElsewhere(sql, policy, { connection, resource }, ids),
         totals: totals(sql),
         fail: fail(sql)
       })

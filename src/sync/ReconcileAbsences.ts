@@ -3,13 +3,15 @@
  * The rules are the crawler's (docs/sync.md): only rows written before the read began count, a
  * record is deleted only once a second look missed it too, nothing is deleted when more than
  * `sync.deletion_threshold` of the live rows would go at once, and a partial read, a resumed one or
- * one the listing moved under never deletes anything.
+ * one the listing moved under never deletes anything. A record another connection that still
+ * crawls the listing tracks is not counted gone (CrawlHolds: overlapping books).
  */
 import * as DateTime from "effect/DateTime"
 import * as Effect from "effect/Effect"
 import type { SqlClient } from "effect/sql/SqlClient"
 import { percent } from "../observability/Text.ts"
 import type { Warehouse } from "../warehouse/Warehouse.ts"
+import { heldNote } from "./CrawlHolds.ts"
 import { type CrawlRuns, shortReadSlack } from "./CrawlRuns.ts"
 import type { ReconcileResource, ResourceReport } from "./ReconcileReport.ts"
 import type { JobFailure } from "./SyncError.ts"
@@ -153,10 +155,14 @@ export const countAbsences = (
   Effect.gen(function* () {
     const note = uncountable(read)
     if (note !== undefined) return { ...read.report, note }
-    const gone = yield* absentIds(deps, resource, read.seen, read.startedAt)
+    // A record another connection that still crawls the listing tracks is not gone: its token
+    // sees it (another advisor's book), as the crawls' deletion by absence holds it (CrawlHolds).
+    const absent = yield* absentIds(deps, resource, read.seen, read.startedAt)
+    const held = yield* deps.crawlRuns.heldElsewhere(connection, resource, absent)
+    const gone = held.ids.size === 0 ? absent : absent.filter((id) => !held.ids.has(id))
     const missedBefore = yield* after.missedBefore
     const unconfirmed = gone.filter((id) => !missedBefore.has(id))
-    const notes: Array<string> = []
+    const notes: Array<string> = [heldNote(held)].filter((note) => note !== null)
     const again =
       unconfirmed.length > 0 && gone.length <= MAX_TRACKED_GONE
         ? yield* secondLook(read, unconfirmed.length, after, notes)

@@ -1,5 +1,6 @@
 /**
- * The chaos suite: `npm run test:chaos -- [--seed S] [--minutes M] [--replicas R] [--no-docs]`.
+ * The chaos suite: `npm run test:chaos -- [--seed S] [--minutes M] [--replicas R] [--no-docs]
+ * [--connections N [--overlap X]]`.
  *
  * Proves the promise a firm buys: after any mix of failures, left alone for a while, the warehouse
  * equals the CRM and every write went out exactly once. For `M` minutes (default 2), `R` (default
@@ -12,6 +13,13 @@
  * (verdict.ts) compares everything. Every random choice comes from the seed, which is printed
  * first; a failing run prints the command that repeats it. (The interleaving of processes is the
  * operating system's: a seed repeats the same world and the same faults, not the same timing.)
+ *
+ * `--connections N` (many-connections mode): the sandbox is one firm of N advisors and four books,
+ * each advisor seeing a share `X` of them (default 0.5, consecutive, so their books overlap), and
+ * the config adds a personal-token connection per advisor beside the OAuth one (which alone gets
+ * webhooks and writes). The same world, faults, kills and verdict, whose listings are then every
+ * connection's; before the reconciliation it waits (bounded) for every connection's first runs.
+ * Its figures are not written to the docs.
  */
 import { Context, Effect, Exit, Layer, Scope } from "effect"
 import { randomBytes } from "node:crypto"
@@ -20,10 +28,11 @@ import { loadavg, tmpdir } from "node:os"
 import { join } from "node:path"
 import { UntypedEventTypes } from "../../src/crm/Events.ts"
 import { Sandbox } from "@crm-sync/sandbox"
+import { userTokens } from "@crm-sync/sandbox/testing"
 import { EVENT_TYPES } from "@crm-sync/sandbox"
 import { recordFigures } from "../bench/figures.ts"
 import { command, exited, sleep, startBalancer, startDatabase, startReplicas } from "./cluster.ts"
-import { judge, judgeEvents, warehouseQuery } from "./verdict.ts"
+import { FIRST_RUNS, firstRunsLeft, judge, judgeEvents, warehouseQuery } from "./verdict.ts"
 import { makeActivity, makeRng, outboxRow, randomFault } from "./world.ts"
 
 const flag = (name: string, fallback: number) => {
@@ -34,9 +43,19 @@ const flag = (name: string, fallback: number) => {
 const seed = flag("seed", 20261125)
 const minutes = flag("minutes", 2)
 const replicaCount = flag("replicas", 3)
-const writeDocs = !process.argv.includes("--no-docs")
-const reproduce = `npm run test:chaos -- --seed ${seed} --minutes ${minutes} --replicas ${replicaCount}`
-console.log(`chaos: seed ${seed}, ${minutes} minute(s), ${replicaCount} replicas`)
+/** Many-connections mode: this many advisors of one firm, each a personal-token connection (0: off). */
+const advisorCount = flag("connections", 0)
+/** The share of the firm's books each advisor sees (sandbox option `overlap`). */
+const overlap = flag("overlap", 0.5)
+const many = advisorCount > 0
+const writeDocs = !process.argv.includes("--no-docs") && !many
+const reproduce =
+  `npm run test:chaos -- --seed ${seed} --minutes ${minutes} --replicas ${replicaCount}` +
+  (many ? ` --connections ${advisorCount} --overlap ${overlap}` : "")
+console.log(
+  `chaos: seed ${seed}, ${minutes} minute(s), ${replicaCount} replicas` +
+    (many ? `, ${advisorCount} advisors' connections (overlap ${overlap})` : "")
+)
 
 const secret = () => `whsec_${randomBytes(24).toString("base64")}`
 const endpoints = [
@@ -106,7 +125,9 @@ const sandboxContext = await Effect.runPromise(
         "30 seconds"
       ],
       webhookReorderHold: "1 second",
-      clockSkew: clockSkewMs
+      clockSkew: clockSkewMs,
+      // many connections: one firm of advisors whose books overlap, each with a personal token
+      ...(many ? { companies: 1, usersPerCompany: advisorCount, booksPerCompany: 4, overlap, userTokens: true } : {})
     }),
     scope
   )
@@ -122,6 +143,14 @@ const books = state.books
 const grant = await run(
   admin.connect({ clientId: credentials.oauthClientId, userId: credentials.userId, companyId: credentials.companyId })
 )
+/** The advisors' personal-token connections (many-connections mode), beside the OAuth one. */
+const advisors = many
+  ? (await run(userTokens(admin)))
+      .filter((token) => token.company_id === credentials.companyId)
+      .slice(0, advisorCount)
+      .map((token, i) => ({ name: `advisor-${String(i + 1).padStart(3, "0")}`, token: token.token }))
+  : []
+if (advisors.length < advisorCount) throw new Error(`only ${advisors.length} advisors' tokens`)
 
 // --- crm-sync --------------------------------------------------------------------------------
 const databasePassword = randomBytes(12).toString("hex")
@@ -139,7 +168,14 @@ writeFileSync(
         credential: "oauth",
         token: grant.access_token,
         limits: { window: "10 seconds" }
-      }
+      },
+      ...advisors.map((advisor) => ({
+        name: advisor.name,
+        base_url: sandbox.baseUrl,
+        credential: "personal",
+        token: advisor.token,
+        limits: { window: "10 seconds" }
+      }))
     ],
     webhooks: {
       lease_timeout: "15 seconds",
@@ -279,6 +315,7 @@ const loops = [
   })()
 ]
 await Promise.all(loops)
+const activityStoppedAt = new Date()
 figures.outbox_rows = outboxRows.length
 log(`faults and activity stop (${Object.values(activity.counts).reduce((a, b) => a + b, 0)} changes)`)
 
@@ -288,11 +325,15 @@ figures.transcript_reads_answered_late = (await run(admin.faults)).filter(
   (fault) => fault.id.startsWith("late-transcript-") && fault.fired > 0
 ).length
 await run(admin.clearFaults)
-for (const replica of replicas.replicas) if (replica.process === undefined) replicas.start(replica)
+// A replica that exited on its own (started while PostgreSQL was down, it cannot connect and
+// exits) is started again, as its supervisor would.
+for (const replica of replicas.replicas)
+  if (replica.process === undefined || replica.process.exitCode !== null) replicas.start(replica)
 await replicas.ready(60_000)
 await run(admin.flushDebounce)
 const settled = await waitForQuiet()
 log(settled ? "deliveries and outbox settled" : "deliveries or outbox did NOT settle within the bound")
+if (many) log(`first runs and two crawls since: ${await waitForFirstRuns()} pair(s) not done`)
 // What the events did on their own, before anything repairs it.
 const beforeReconcile = await judgeEvents(sandbox, warehouseQuery(database), activity.silent())
 log(`events judged before the reconciliation: ${beforeReconcile.mismatches.length} mismatch(es)`)
@@ -306,7 +347,8 @@ const verdict = await judge({
   killedAt,
   clockSkewMs,
   database,
-  token: grant.access_token,
+  tokens: [grant.access_token, ...advisors.map((advisor) => advisor.token)],
+  ...(many ? { connections: ["chaos", ...advisors.map((advisor) => advisor.name)] } : {}),
   outboxRows,
   books,
   logs: readdirSync(logDir).map((name) => readFileSync(join(logDir, name), "utf8")),
@@ -316,6 +358,7 @@ const verdict = await judge({
     "the encryption key": encryptionKey,
     "the admin token": adminToken,
     "the database password": databasePassword,
+    ...Object.fromEntries(advisors.map((advisor) => [`the personal token of ${advisor.name}`, advisor.token])),
     ...Object.fromEntries(endpoints.map((endpoint) => [`the signing secret of ${endpoint.name}`, endpoint.secret]))
   }
 })
@@ -367,6 +410,41 @@ if (writeDocs) {
 }
 rmSync(dir, { recursive: true, force: true })
 process.exit(0)
+
+/**
+ * Many-connections mode: waits (bounded) until every connection's first runs of every job have
+ * succeeded and none's last finished run failed (a run failed by the faults is run again on its
+ * schedule once they stop), and every connection's crawls have read each listing whole twice since
+ * the activity stopped: a record deleted late is deleted only once no other connection still
+ * tracks it (missed by two clean crawls of each), and the reconciliation keeps to that rule too.
+ * Returns how many (connection, job) and (connection, listing) pairs are still not so.
+ */
+async function waitForFirstRuns(): Promise<number> {
+  const names = ["chaos", ...advisors.map((advisor) => advisor.name)]
+  const deadline = Date.now() + 180_000
+  const query = warehouseQuery(database)
+  let left = names.length * FIRST_RUNS.length
+  while (Date.now() < deadline) {
+    left = await Promise.all([
+      firstRunsLeft(query, names),
+      query<{ n: number }>(
+        `SELECT count(*)::int AS n
+         FROM unnest($1::text[]) AS c(connection),
+              unnest(ARRAY['businesses', 'annuity_contracts', 'financial_accounts']) AS l(resource)
+         WHERE (SELECT count(*) FROM crm_sync.crawl_runs r
+                WHERE r.connection = c.connection AND r.resource = l.resource
+                  AND r.status = 'complete' AND r.started_at > $2) < 2`,
+        [names, activityStoppedAt]
+      )
+    ]).then(
+      ([pairs, crawls]) => pairs.length + (crawls[0]?.n ?? 0),
+      () => left
+    )
+    if (left === 0) return 0
+    await sleep(2_000)
+  }
+  return left
+}
 
 /** Waits (bounded) until the sender has nothing left to retry, the inbox is applied and the outbox settled. */
 async function waitForQuiet(): Promise<boolean> {

@@ -4,7 +4,9 @@
  * inbox once and applied; every outbox row settled, every valid one created exactly once; no
  * request over a bucket's limit (a 429 no fault caused); no secret in any log; every live meeting's
  * stored transcript the CRM's current one, and none of a deleted meeting or a hidden transcript
- * in `crm.current_meeting_transcripts`. Returns the mismatches (empty: the run passed), one line
+ * in `crm.current_meeting_transcripts`. With many connections (run.ts `--connections`), the listings
+ * are every connection's (the warehouse holds their union) and every connection's first runs have
+ * succeeded, none's last run failed. Returns the mismatches (empty: the run passed), one line
  * each with its reason, and the figures.
  */
 import { PgClient } from "@effect/sql-pg"
@@ -23,7 +25,10 @@ export interface VerdictInput {
   /** How far the sandbox's clock (its request log) runs ahead of this process's. */
   readonly clockSkewMs: number
   readonly database: Database
-  readonly token: string
+  /** Every connection's token: the warehouse's listings must equal the union of theirs. */
+  readonly tokens: ReadonlyArray<string>
+  /** Many-connections mode: the connections whose first runs must be done, none's last failed. */
+  readonly connections?: ReadonlyArray<string>
   readonly books: ReadonlyArray<string>
   readonly outboxRows: ReadonlyArray<{ id: number; valid: boolean; marker: string; operation: string }>
   readonly logs: ReadonlyArray<string>
@@ -74,6 +79,39 @@ const KILLED_WITH_MS = 1_000
 const run = <A, E>(effect: Effect.Effect<A, E>) => Effect.runPromise(effect)
 
 type Query = <A extends object = Json>(statement: string, params?: ReadonlyArray<unknown>) => Promise<ReadonlyArray<A>>
+
+/** The jobs of a personal-token or OAuth connection whose first runs a many-connections run awaits. */
+export const FIRST_RUNS = [
+  "poll:businesses",
+  "crawl:annuity_contracts",
+  "crawl:financial_accounts",
+  "crawl:businesses",
+  "reference"
+] as const
+
+/**
+ * The (connection, job) pairs of `FIRST_RUNS` without a succeeded run, or whose last finished run
+ * failed: `"advisor-007 crawl:businesses: no run succeeded"`.
+ */
+export const firstRunsLeft = async (query: Query, connections: ReadonlyArray<string>) => {
+  const rows = await query<{ connection: string; job: string; succeeded: boolean; last: string | null }>(
+    `SELECT c.connection, j.job,
+            EXISTS (SELECT 1 FROM crm_sync.job_runs r
+                    WHERE r.connection = c.connection AND r.job = j.job AND r.status = 'succeeded') AS succeeded,
+            (SELECT r.status FROM crm_sync.job_runs r
+             WHERE r.connection = c.connection AND r.job = j.job AND r.status IN ('succeeded', 'failed')
+             ORDER BY r.id DESC LIMIT 1) AS last
+     FROM unnest($1::text[]) AS c(connection), unnest($2::text[]) AS j(job)`,
+    [connections, FIRST_RUNS]
+  )
+  return rows.flatMap((row) =>
+    !row.succeeded
+      ? [`${row.connection} ${row.job}: no run succeeded`]
+      : row.last === "failed"
+        ? [`${row.connection} ${row.job}: its last run failed`]
+        : []
+  )
+}
 
 /** SQL against the warehouse, one short-lived pool per call (the verdict runs once). */
 export const warehouseQuery =
@@ -294,6 +332,34 @@ const judgeTranscripts = async (
   return { mismatches, compared: ids.size }
 }
 
+/**
+ * The bucket of `bucket` ("token", "company" or "ip") a logged request draws on (spec §8): a
+ * personal token's own, or an OAuth app's per user; a company's (per app for OAuth); the address.
+ */
+const bucketOf = (
+  entry: {
+    readonly ip: string
+    readonly credential: {
+      readonly kind: string
+      readonly user_id: string
+      readonly company_id: string
+      readonly client_id: string | null
+    } | null
+  },
+  bucket: string
+) => {
+  const c = entry.credential
+  const id =
+    bucket === "ip"
+      ? entry.ip
+      : c === null
+        ? "none"
+        : bucket === "company"
+          ? `${c.kind}/${c.client_id ?? ""}/${c.company_id}`
+          : `${c.kind}/${c.client_id ?? ""}/${c.user_id}/${c.company_id}`
+  return { bucket, id }
+}
+
 export const judge = async (input: VerdictInput) => {
   const { sandbox, database } = input
   const admin = sandbox.admin
@@ -309,10 +375,14 @@ export const judge = async (input: VerdictInput) => {
       )
     )
 
-  // 1. Listings: field by field, deletions included (compareTable counts live rows too).
+  // 1. Listings: field by field, deletions included (compareTable counts live rows too); with many
+  // connections, the union of every connection's listing (overlapping books list a record twice).
   let compared = 0
   for (const [table, path] of Object.entries(listings)) {
-    const truth = await listAll(sandbox.baseUrl, input.token, path)
+    const union = new Map<string, Json>()
+    for (const token of input.tokens)
+      for (const record of await listAll(sandbox.baseUrl, token, path)) union.set(String(record.id), record)
+    const truth = [...union.values()]
     compared += truth.length
     const problems = await Effect.runPromise(compareTable(table, truth).pipe(Effect.provide(Sql)))
     mismatches.push(...problems)
@@ -413,13 +483,16 @@ export const judge = async (input: VerdictInput) => {
   // RACE_MS of the 429 was on its way before that replica could know; it is counted, not failed.
   // A block starts when the 429 left the CRM, not when its request arrived: `at` is the arrival,
   // and a latency fault on the same request holds the answer back for up to a second and a half
-  // (`duration_ms` covers it), during which no process can know of the block.
+  // (`duration_ms` covers it), during which no process can know of the block. A block holds only
+  // the requests of the bucket its 429 names (`rate_limit:<bucket>:<seconds>`): with many
+  // connections, another token's requests go on while one token is blocked.
   const blocks = requests.flatMap((entry) =>
     entry.faults
       .filter((fault) => fault.startsWith("rate_limit:"))
       .map((fault) => {
         const answered = Date.parse(entry.at) + entry.duration_ms
-        return { from: answered, to: answered + Number(fault.split(":")[2]) * 1000 }
+        const bucket = fault.split(":")[1]!
+        return { from: answered, to: answered + Number(fault.split(":")[2]) * 1000, key: bucketOf(entry, bucket) }
       })
   )
   let racing = 0
@@ -427,7 +500,10 @@ export const judge = async (input: VerdictInput) => {
   let unrecorded = 0
   for (const entry of requests) {
     const at = Date.parse(entry.at)
-    const block = blocks.find((candidate) => at > candidate.from && at < candidate.to)
+    const block = blocks.find(
+      (candidate) =>
+        at > candidate.from && at < candidate.to && bucketOf(entry, candidate.key.bucket).id === candidate.key.id
+    )
     if (block === undefined || !entry.path.startsWith("/v1/")) continue
     if (at - block.from <= RACE_MS) racing++
     else if (
@@ -450,6 +526,17 @@ export const judge = async (input: VerdictInput) => {
   figures.requests = requests.length
   figures.requests_over_limit = over.length
   figures.faults_fired = requests.filter((entry) => entry.faults.length > 0).length
+
+  // 5b. Many connections: every first run done, no failed run left.
+  if (input.connections !== undefined) {
+    const left = await firstRunsLeft(query, input.connections)
+    mismatches.push(...left.slice(0, 20))
+    figures.connections = input.connections.length
+    figures.first_runs_not_done_or_failed = left.length
+    figures.job_runs_failed = Number(
+      (await query<{ n: string }>("SELECT count(*) AS n FROM crm_sync.job_runs WHERE status = 'failed'"))[0]?.n ?? 0
+    )
+  }
 
   // 6. No secret in any log line.
   for (const [what, value] of Object.entries(input.secrets)) {

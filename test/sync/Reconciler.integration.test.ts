@@ -13,6 +13,7 @@ import { AppConfig } from "../../src/config/AppConfig.ts"
 import { RateBudget } from "../../src/budget/RateBudget.ts"
 import { Credentials } from "../../src/crm/Credentials.ts"
 import { Sandbox } from "@crm-sync/sandbox"
+import { CrawlRuns } from "../../src/sync/CrawlRuns.ts"
 import { reconcile } from "../../src/sync/Reconciler.ts"
 import { type ReconcileReport, ReconcileResources } from "../../src/sync/ReconcileReport.ts"
 import { ReconcileSchedulerLive } from "../../src/sync/ReconcileSchedule.ts"
@@ -182,6 +183,42 @@ layer(harness({ config: { sync: { deletion_threshold: 0.6 } } }), options)("a re
         assert.isNotNull((yield* sourceOf("annuity_contracts", String(victim!.id)))!.deleted_at)
         assert.deepStrictEqual(yield* compareTable("annuity_contracts", yield* listAll(paths.annuity_contracts)), [])
       })
+  )
+})
+
+layer(harness({ alsoConnections: ["partner"] }), options)("overlapping connections", (it) => {
+  it.effect("a record another connection's crawls still list is not deleted by this one's reconciliation", () =>
+    Effect.gen(function* () {
+      const sql = yield* SqlClient
+      const runs = yield* CrawlRuns
+      yield* runOnce
+      // A record only the partner's token lists (another advisor's book): in the warehouse, seen by
+      // the partner's last clean crawl, and never in the default connection's listing.
+      yield* sql`INSERT INTO crm.financial_accounts (id, source) VALUES ('fa_partners', 'crawl')`
+      const crawl = yield* runs.open("partner", "financial_accounts", "crawl")
+      yield* sql.withTransaction(
+        runs.recordBatch(crawl, {
+          lastPage: 1,
+          totalPages: 1,
+          totalCount: 1,
+          ids: ["fa_partners"],
+          unique: 1,
+          counts: { inserted: 0, updated: 0, unchanged: 1, skipped: 0, rejected: 0 },
+          requests: 1,
+          rechecks: 0
+        })
+      )
+      yield* sql.withTransaction(runs.finishClean(crawl, { threshold: 0.5, deleteRecords: () => Effect.succeed(0) }))
+
+      // Two clean passes of the default connection (each confirms with a second read) miss it.
+      yield* runOnce
+      const second = yield* runOnce
+      const [row] = yield* sql<{ deleted: boolean }>`
+        SELECT deleted_at IS NOT NULL AS deleted FROM crm.financial_accounts WHERE id = 'fa_partners'`
+      assert.deepStrictEqual(row, { deleted: false }, "the partner's crawls still list it")
+      assert.deepInclude(second.resources.financial_accounts!, { gone: 0, deleted: 0 })
+      assert.include(second.resources.financial_accounts!.note ?? "", "still tracked by connection partner (1)")
+    })
   )
 })
 
