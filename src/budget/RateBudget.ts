@@ -7,12 +7,14 @@
  * move. Time is the database's (`clock_timestamp()`): one clock for all processes, whatever their
  * hosts' clocks say.
  */
+import * as PgClient from "@effect/sql-pg/PgClient"
 import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
 import * as DateTime from "effect/DateTime"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
 import * as Random from "effect/Random"
 import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
@@ -20,6 +22,7 @@ import * as Semaphore from "effect/Semaphore"
 import { SqlClient } from "effect/sql/SqlClient"
 import type { SqlError } from "effect/sql/SqlError"
 import { AppConfig } from "../config/AppConfig.ts"
+import { BLOCKS_CHANNEL, listenForBlocks, noticeOf } from "./BlockNotices.ts"
 import { ceilingOn429, ceilingOnGrant, defaultLearning, type Learning, validLearned } from "./Ceilings.ts"
 import { consumerOf, grantOrWait, LocalPermits, reservoirKey, wakeJitterMs } from "./Permits.ts"
 import type { BucketStatus, ExhaustedLimit, TryAcquire } from "./Reports.ts"
@@ -439,10 +442,16 @@ const recordBlockInWindows = ({ sql, learning }: Budget, marked: ReadonlyArray<B
  * A 429's block for every process, in `rate_blocks`, which no permit locks: in the windows' rows
  * alone it waited behind the permits queued on their locks, granted into it (recordBlockInWindows).
  */
-const shareBlock = ({ sql }: Budget, marked: ReadonlyArray<BucketSpec>, waitMs: number) =>
-  sql`INSERT INTO crm_sync.rate_blocks (bucket, blocked_until)
-    SELECT unnest(${marked.map((bucket) => bucket.key)}::text[]), clock_timestamp() + make_interval(secs => ${waitMs / 1000})
-    ON CONFLICT (bucket) DO UPDATE SET blocked_until = GREATEST(rate_blocks.blocked_until, excluded.blocked_until)`
+const shareBlock = ({ sql }: Budget, marked: ReadonlyArray<BucketSpec>, waitMs: number) => {
+  const keys = marked.map((bucket) => bucket.key)
+  // Announced in the same statement, for the permits other processes hold ahead (BlockNotices).
+  return sql`WITH shared AS (
+      INSERT INTO crm_sync.rate_blocks (bucket, blocked_until)
+      SELECT unnest(${keys}::text[]), clock_timestamp() + make_interval(secs => ${waitMs / 1000})
+      ON CONFLICT (bucket) DO UPDATE SET blocked_until = GREATEST(rate_blocks.blocked_until, excluded.blocked_until)
+    )
+    SELECT pg_notify(${BLOCKS_CHANNEL}, ${noticeOf(keys, waitMs)})`
+}
 
 const cannotRecord = failWith("cannot record a 429 in the rate budget")
 
@@ -537,6 +546,9 @@ const make = Effect.fnUntraced(function* (policy: Policy, learning: Learning) {
     local: new LocalPermits(),
     transactions: Semaphore.makeUnsafe(2)
   }
+  // Another process's 429 reaches the permits this one holds ahead (needs PostgreSQL's LISTEN).
+  const pg = yield* Effect.serviceOption(PgClient.PgClient)
+  if (Option.isSome(pg)) yield* Effect.forkScoped(listenForBlocks(pg.value, budget.local))
   return RateBudget.of({
     acquire: acquire(budget),
     anchor: anchor(budget),
