@@ -205,7 +205,16 @@ export const grantOrWait = (
   const decided = decide(states, now, taken, priority, policy)
   if (decided.kind !== "grant" || priority === "interactive") return { decision: decided, now, taken }
   const waits = spacedWait(rows, states, now) ?? pacedWait(rows, states, taken, now, policy)
-  return { decision: waits ?? unfairWait(rows, states, taken, now) ?? decided, now, taken }
+  if (waits !== undefined) return { decision: waits, now, taken }
+  const unfair = unfairWait(rows, states, taken, now)
+  if (unfair === undefined) return { decision: decided, now, taken }
+  // A fair share with room for the permits asked for, but not for those taken ahead: take only
+  // those. Many connections on one address leave each a share of tens an hour, which permits
+  // taken ahead would spend, and the crawl would then wait for the window's end in its worker.
+  if (taken > permits && unfairWait(rows, states, permits, now) === undefined) {
+    return { decision: decide(states, now, permits, priority, policy), now, taken: permits }
+  }
+  return { decision: unfair, now, taken }
 }
 
 /** Waking a little after the computed moment spreads processes that were waiting for the same one. */

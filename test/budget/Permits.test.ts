@@ -109,6 +109,17 @@ describe("grantOrWait", () => {
     })
   })
 
+  it("takes only the permit asked for when its fair share has room for it but not for those taken ahead", () => {
+    // Shared by two, 450 each (as above); this connection has used 448 of its share. Taken ahead,
+    // a bulk permit would be four and overrun it, and the crawl would wait for the window's end.
+    const token = bucket()
+    const ip = bucket({ key: "ip:x", scope: "ip", windowStart: NOW - 1_000, used: 448 })
+    const rows = [rowOf(token), rowOf(ip, { shares: { "token:a": 448, "token:b": 0 } })]
+    const granting = grantOrWait(rows, [token, ip], 1, "bulk", policy, true)
+    assert.strictEqual(granting.decision.kind, "grant")
+    assert.strictEqual(granting.taken, 1)
+  })
+
   it("neither spaces nor holds interactive work to fair shares", () => {
     const token = bucket({ windowStart: NOW - 1_000, used: 950 })
     const ip = bucket({ key: "ip:x", scope: "ip", windowStart: NOW - 1_000, used: 450 })
