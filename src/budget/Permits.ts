@@ -6,6 +6,7 @@
  * between transactions: permits taken ahead and the 429 blocks it has seen (`LocalPermits`). No
  * I/O: times come in as arguments, the database's for the rows and this process's for its own.
  */
+import * as Effect from "effect/Effect"
 import * as Semaphore from "effect/Semaphore"
 import {
   type BucketScope,
@@ -184,8 +185,8 @@ export interface Granting {
 
 /**
  * The decision on the locked rows (`states` their window states, in the same order). With
- * `ahead`, takes up to `bulkAhead` of the room every bucket has (at least `permits`), unless a
- * bucket is near its ceiling. Interactive work is neither spaced nor held to fair shares.
+ * `ahead`, takes up to `bulkAhead` of the room every bucket has and at most `aheadCap` (at least
+ * `permits`), unless a bucket is near its ceiling. Interactive work is neither spaced nor held to fair shares.
  */
 export const grantOrWait = (
   rows: ReadonlyArray<LockedRow>,
@@ -193,7 +194,8 @@ export const grantOrWait = (
   permits: number,
   priority: Priority,
   policy: Policy,
-  ahead: boolean
+  ahead: boolean,
+  aheadCap: number = BULK_AHEAD_MAX
 ): Granting => {
   // Whole milliseconds: a window's start is written from it and read back rounded, and a start
   // that differs by a fraction would look like a new window (its shares and ceiling reset).
@@ -201,7 +203,7 @@ export const grantOrWait = (
   const room = Math.min(...states.map((state) => grantable(state, now, priority, policy)))
   // Neither near a ceiling nor paced are permits taken ahead.
   const near = rows.some((row, index) => isPaced(row, policy) || nearCeiling(row, states[index]!, now))
-  const taken = ahead && !near ? Math.max(permits, Math.min(room, bulkAhead(room))) : permits
+  const taken = ahead && !near ? Math.max(permits, Math.min(room, bulkAhead(room), aheadCap)) : permits
   const decided = decide(states, now, taken, priority, policy)
   if (decided.kind !== "grant" || priority === "interactive") return { decision: decided, now, taken }
   const waits = spacedWait(rows, states, now) ?? pacedWait(rows, states, taken, now, policy)
@@ -248,6 +250,10 @@ export interface LocalWait {
  */
 export class LocalPermits {
   readonly #reservoirs = new Map<string, Reservoir>()
+  /** Per bucket set: the size of its last refill and when it was taken (`refillSize`). */
+  readonly #refillSizes = new Map<string, { readonly size: number; readonly at: number }>()
+  /** Per bucket set: the acquirers asking for a permit now (one refill takes enough for them). */
+  readonly #asking = new Map<string, number>()
   /**
    * Blocks this process learned from a 429, by bucket, until when: set the moment the 429 is seen,
    * before the block is written to the database, so that no other fiber of this process sends
@@ -274,6 +280,45 @@ export class LocalPermits {
       }
     }
     return bucket === undefined ? undefined : { waitMs: until - local, bucket, reason: "blocked" }
+  }
+
+  /**
+   * How many permits the next refill of the bucket set `key` takes (with the one asked for), on a
+   * slow start: 1 at first, doubled (up to BULK_AHEAD_MAX) when the consumer emptied its last
+   * refill and asks again within BULK_HOLD_MS, halved when permits lapsed unused or it asked
+   * after a pause. A connection whose job sends a request or two (a one-page crawl, a poll) then
+   * takes only what it sends: permits taken ahead and left to lapse are counted in the shared
+   * windows, and with hundreds of connections on one address they spent each connection's fair
+   * share of it before its jobs were done. A long crawl reaches 32 a refill within five refills.
+   */
+  refillSize(key: string, local: number): number {
+    const last = this.#refillSizes.get(key)
+    const held = this.#reservoirs.get(key)
+    const lapsedUnused = held !== undefined && held.count > 0
+    const size =
+      last === undefined
+        ? 1
+        : lapsedUnused || local - last.at > BULK_HOLD_MS
+          ? Math.max(1, Math.floor(last.size / 2))
+          : Math.min(BULK_AHEAD_MAX, last.size * 2)
+    this.#refillSizes.set(key, { size, at: local })
+    // Acquirers already waiting for this refill will spend what it takes for them.
+    return Math.min(BULK_AHEAD_MAX, Math.max(size, this.#asking.get(key) ?? 0))
+  }
+
+  /** Counts an acquirer of the bucket set `key` while `effect` runs (see `refillSize`). */
+  asking<A, E, R>(key: string, effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> {
+    const asking = this.#asking
+    return Effect.acquireUseRelease(
+      Effect.sync(() => asking.set(key, (asking.get(key) ?? 0) + 1)),
+      () => effect,
+      () =>
+        Effect.sync(() => {
+          const left = (asking.get(key) ?? 1) - 1
+          if (left === 0) asking.delete(key)
+          else asking.set(key, left)
+        })
+    )
   }
 
   /** Takes a permit held ahead for the bucket set `key`, if one is still good at `local`. */

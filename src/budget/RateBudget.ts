@@ -23,6 +23,7 @@ import { SqlClient } from "effect/sql/SqlClient"
 import type { SqlError } from "effect/sql/SqlError"
 import { AppConfig } from "../config/AppConfig.ts"
 import { BLOCKS_CHANNEL, listenForBlocks, noticeOf } from "./BlockNotices.ts"
+import { offerHandoff } from "./Handoff.ts"
 import { ceilingOn429, ceilingOnGrant, defaultLearning, type Learning, validLearned } from "./Ceilings.ts"
 import { consumerOf, grantOrWait, LocalPermits, reservoirKey, wakeJitterMs } from "./Permits.ts"
 import type { BucketStatus, ExhaustedLimit, TryAcquire } from "./Reports.ts"
@@ -290,14 +291,15 @@ const attempt = (
   buckets: ReadonlyArray<BucketSpec>,
   permits: number,
   priority: Priority,
-  ahead = false
+  ahead = false,
+  aheadCap?: number
 ) =>
   budget.sql
     .withTransaction(
       Effect.gen(function* () {
         const rows = yield* withBlocks(budget, yield* lockRows(budget, buckets))
         const states = rows.map(toState)
-        const granting = grantOrWait(rows, states, permits, priority, budget.policy, ahead)
+        const granting = grantOrWait(rows, states, permits, priority, budget.policy, ahead, aheadCap)
         const { decision, now, taken } = granting
         if (decision.kind !== "grant") return { ...granting, opened: [] }
         yield* recordGrant(budget, decision.windows, now, taken, consumerOf(rows))
@@ -332,7 +334,8 @@ const acquireRound = (
     if (blocked !== undefined) return blocked
     // Checked on every round: while this acquirer waited, another may have taken some ahead.
     if (ahead && budget.local.takeHeld(key, yield* Clock.currentTimeMillis)) return granted(undefined)
-    const { decision, now, taken, opened } = yield* attempt(budget, sorted, permits, priority, ahead)
+    const cap = ahead ? budget.local.refillSize(key, yield* Clock.currentTimeMillis) : permits
+    const { decision, now, taken, opened } = yield* attempt(budget, sorted, permits, priority, ahead, cap)
     if (decision.kind === "grant") {
       const local = yield* Clock.currentTimeMillis
       if (taken > permits) budget.local.hold(key, taken - permits, decision.windows, budget.policy, now, local)
@@ -356,7 +359,7 @@ const acquire = (budget: Budget) =>
     const ahead = options.priority === "bulk" && permits === 1
     const key = reservoirKey(sorted)
     const round = acquireRound(budget, sorted, key, permits, options.priority, ahead)
-    const guarded = ahead ? budget.local.refillLock(key).withPermits(1)(round) : round
+    const guarded = ahead ? budget.local.asking(key, budget.local.refillLock(key).withPermits(1)(round)) : round
     while (true) {
       const denied = yield* guarded
       if ("_tag" in denied) return denied.opened
@@ -371,6 +374,7 @@ const acquire = (budget: Budget) =>
           })
         )
       }
+      yield* offerHandoff(waitMs)
       const jitter = yield* Random.nextBetween(0, wakeJitterMs(waitMs))
       yield* Effect.sleep(Duration.millis(waitMs + jitter))
     }

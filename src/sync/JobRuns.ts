@@ -26,9 +26,14 @@ import { recordRun } from "./SyncMetrics.ts"
 export interface JobOutcome {
   readonly requests: number
   readonly detail: Record<string, unknown>
+  /**
+   * Set when the run gave its worker back to wait on the rate budget (BudgetHandoff): the wait in
+   * ms. The run is recorded `deferred`, and the job resumes when the permit is due.
+   */
+  readonly deferredMs?: number
 }
 
-export type JobStatus = "succeeded" | "failed" | "interrupted"
+export type JobStatus = "succeeded" | "failed" | "interrupted" | "deferred"
 
 /** One line saying why a job failed: the error's own message, never a payload. */
 export const describeFailure = (cause: Cause.Cause<unknown>): string => oneLine(cause)
@@ -45,7 +50,13 @@ const LastFinished = Schema.Array(Schema.Struct({ finished_ms: Schema.NullOr(Sch
 
 /** How a run ended, as `crm_sync.job_runs` records it: an interruption alone is not a failure. */
 const statusOf = (exit: Exit.Exit<JobOutcome, unknown>): JobStatus =>
-  Exit.isSuccess(exit) ? "succeeded" : Cause.hasInterruptsOnly(exit.cause) ? "interrupted" : "failed"
+  Exit.isSuccess(exit)
+    ? exit.value.deferredMs === undefined
+      ? "succeeded"
+      : "deferred"
+    : Cause.hasInterruptsOnly(exit.cause)
+      ? "interrupted"
+      : "failed"
 
 /** Closes run `id` with how it ended; a close the database refuses is logged, never the run's failure. */
 const closeRun = (sql: SqlClient, job: string, id: number, exit: Exit.Exit<JobOutcome, unknown>) => {

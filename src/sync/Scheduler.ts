@@ -19,6 +19,7 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import type * as Schema from "effect/Schema"
 import type { SqlError } from "effect/sql/SqlError"
+import { BudgetHandoff } from "../budget/Handoff.ts"
 import { AppConfig } from "../config/AppConfig.ts"
 import { isDatabaseDefect } from "../warehouse/DatabaseCause.ts"
 import { JobLease, type LeaseError } from "./JobLease.ts"
@@ -129,6 +130,28 @@ const databaseWait = (entry: Entry) => {
 }
 
 /**
+ * The job's run, ended early as `deferred` when the rate budget asks it to wait longer than
+ * HANDOFF_AFTER_MS: the worker goes to a job that can run now (a crawl resumes from its last stored
+ * page next time), and the job comes back when the permit is due.
+ */
+const yieldingRun = (job: ScheduledJob): Effect.Effect<JobOutcome, SyncError> =>
+  Effect.gen(function* () {
+    const handoff = yield* Deferred.make<number>()
+    const deferred = Effect.map(Deferred.await(handoff), (waitMs): JobOutcome => ({
+      requests: 0,
+      detail: { deferred_seconds: Math.round(waitMs / 1_000) },
+      deferredMs: waitMs
+    }))
+    const ran = yield* Effect.raceFirst(Effect.provideService(job.run, BudgetHandoff, handoff), deferred)
+    if (ran.deferredMs !== undefined) {
+      yield* Effect.logDebug("sync job deferred: the rate budget asks for a long wait; the worker goes on").pipe(
+        Effect.annotateLogs({ wait_seconds: Math.round(ran.deferredMs / 1_000) })
+      )
+    }
+    return ran
+  })
+
+/**
  * One turn of a taken job; returns how long until it is next looked at. Due is asked first without
  * the lease (most turns of a job another replica ran end there), then again under it. A run's
  * failure is retried after at most 10 minutes, or within 30 s when it was the database's (a
@@ -149,7 +172,9 @@ const turn = (entry: Entry) =>
         Effect.flatMap(dueIn, (due) =>
           due > 0
             ? Effect.succeed(Duration.millis(due))
-            : Effect.as(jobRuns.record(job.job, job.connection, job.run), job.interval)
+            : Effect.map(jobRuns.record(job.job, job.connection, yieldingRun(job)), (ran) =>
+                ran.deferredMs === undefined ? job.interval : Duration.millis(ran.deferredMs)
+              )
         )
       )
     )

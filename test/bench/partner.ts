@@ -140,13 +140,13 @@ interface Probe {
 const probe = async (url: string, everyMs: number, control: { running: boolean }, into: Probe) => {
   while (control.running) {
     const started = performance.now()
-    const ok = await fetch(url, { signal: AbortSignal.timeout(PROBE_TIMEOUT_MS) }).then(
-      async (response) => {
+    // A timeout may also strike while the body is read: either way the sample is a failure.
+    const ok = await fetch(url, { signal: AbortSignal.timeout(PROBE_TIMEOUT_MS) })
+      .then(async (response) => {
         await response.arrayBuffer()
         return response.ok
-      },
-      () => false
-    )
+      })
+      .catch(() => false)
     into.latencies.push(Math.min(PROBE_TIMEOUT_MS, performance.now() - started))
     if (!ok) into.failures++
     await sleep(everyMs)

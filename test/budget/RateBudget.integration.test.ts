@@ -6,6 +6,7 @@
 import { assert, describe, it, layer } from "@effect/vitest"
 import { Context, Deferred, Duration, Effect, Fiber, Layer } from "effect"
 import { TestClock } from "effect/testing"
+import { BudgetHandoff } from "../../src/budget/Handoff.ts"
 import { type BucketSpec, type Policy, RateBudget } from "../../src/budget/RateBudget.ts"
 import { minimumRetryAfter, maximumRetryAfter } from "../../src/budget/RetryAfter.ts"
 import { SqlClient, TestDatabase } from "../support/TestDatabase.ts"
@@ -210,18 +211,22 @@ layer(RateBudget.layerWith(policy).pipe(Layer.provideMerge(TestDatabase)))("Rate
   )
 
   it.effect(
-    "takes bulk permits ahead by the room left, hands out the rest until they lapse, never past the limit",
+    "takes bulk permits ahead on a slow start, by the room left, hands out the rest until they lapse, never past the limit",
     () =>
       Effect.gen(function* () {
         const budget = yield* RateBudget
-        // Bulk work may use 800 of 1,000 (two reserves of 10%): one permit ahead per 100 of room.
+        // Bulk work may use 800 of 1,000 (two reserves of 10%): at most one permit a refill per
+        // 100 of room. A first request takes one; a consumer back within a second for more takes
+        // twice as many as its last refill, each time.
         const roomy = bucketsOf("ahead", { token: 1000, company: 10_000, ip: 10_000 })
-        yield* budget.acquire(roomy, { priority: "bulk" })
-        assert.strictEqual(yield* used("token:ahead"), 8)
-        for (let i = 0; i < 7; i++) yield* budget.acquire(roomy, { priority: "bulk" })
-        assert.strictEqual(yield* used("token:ahead"), 8)
-        yield* budget.acquire(roomy, { priority: "bulk" })
-        assert.strictEqual(yield* used("token:ahead"), 15, "792 left: 7 at once")
+        const takeAndCount = Effect.andThen(budget.acquire(roomy, { priority: "bulk" }), used("token:ahead"))
+        const counts: Array<number> = []
+        for (let i = 0; i < 16; i++) counts.push(yield* takeAndCount)
+        assert.deepStrictEqual(
+          counts,
+          [1, 3, 3, 7, 7, 7, 7, 14, 14, 14, 14, 14, 14, 14, 21, 21],
+          "refills of 1, 2 and 4, then 7 each: one per 100 of the 793 and 786 left"
+        )
 
         // A small window is taken one permit at a time, up to bulk's share of it and no further.
         const small = bucketsOf("small", { token: 10, company: 1000, ip: 1000 })
@@ -248,7 +253,7 @@ layer(RateBudget.layerWith(policy).pipe(Layer.provideMerge(TestDatabase)))("Rate
         Array.from({ length: 6 }, () => budget.acquire(buckets, { priority: "bulk" })),
         { concurrency: 6, discard: true }
       )
-      assert.strictEqual(yield* used("token:together"), 8, "one transaction took 8, the other five used them")
+      assert.strictEqual(yield* used("token:together"), 6, "the refill took one each for those waiting on it")
     })
   )
 
@@ -259,11 +264,28 @@ layer(RateBudget.layerWith(policy).pipe(Layer.provideMerge(TestDatabase)))("Rate
       yield* budget.acquire(buckets, { priority: "bulk" })
       yield* TestClock.adjust("1001 millis")
       yield* budget.acquire(buckets, { priority: "bulk" })
-      assert.strictEqual(yield* used("token:lapse"), 15, "the 7 left of the first 8 lapsed; 7 more taken")
+      assert.strictEqual(yield* used("token:lapse"), 2, "a second apart, each took only its own permit")
       yield* budget.markExhausted(buckets, "token", Duration.seconds(60))
       const waiting = yield* Effect.forkChild(budget.acquire(buckets, { priority: "bulk" }))
       yield* realPause
       assert.isUndefined(waiting.pollUnsafe())
+      yield* Fiber.interrupt(waiting)
+    })
+  )
+
+  it.effect("a long wait hands a scheduled job's worker back: its handoff learns the wait", () =>
+    Effect.gen(function* () {
+      const budget = yield* RateBudget
+      // Bulk work's share of a window of 10: 8 permits; the next waits for a reserve to decay.
+      const buckets = bucketsOf("handoff", { token: 10, company: 100, ip: 100 })
+      for (let i = 0; i < 8; i++) yield* budget.acquire(buckets, { priority: "bulk" })
+      const handoff = yield* Deferred.make<number>()
+      const waiting = yield* Effect.forkChild(
+        Effect.provideService(budget.acquire(buckets, { priority: "bulk" }), BudgetHandoff, handoff)
+      )
+      const wait = yield* Deferred.await(handoff)
+      assert.isAtLeast(wait, Duration.toMillis(Duration.minutes(10)), "minutes off")
+      assert.isUndefined(waiting.pollUnsafe(), "the acquirer itself still waits (the scheduler ends the run)")
       yield* Fiber.interrupt(waiting)
     })
   )

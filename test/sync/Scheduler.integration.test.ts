@@ -3,11 +3,14 @@
  * thirty connections and two workers, never more than two jobs run at once (every run that opens
  * in `crm_sync.job_runs` is counted against the runs still open, by a trigger: no sampling), every
  * connection's first job goes before any connection's second (round-robin), and every first run
- * completes. With one worker, due jobs run most overdue first, whatever the order of the config.
+ * completes. With one worker, due jobs run most overdue first, whatever the order of the config,
+ * and a job the rate budget makes wait long gives the worker to the next due job.
  */
 import { assert, layer } from "@effect/vitest"
-import { Effect, Exit, Layer, Scope } from "effect"
+import { Duration, Effect, Exit, Layer, Scope } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
+import { offerHandoff } from "../../src/budget/Handoff.ts"
+import { runScheduler, type ScheduledJob } from "../../src/sync/Scheduler.ts"
 import { BusinessPollerLive, SyncJobsLive } from "../../src/sync/SyncJobs.ts"
 import { harness } from "./harness.ts"
 
@@ -122,3 +125,49 @@ layer(
     })
   )
 })
+
+/** A job of `connection` that, like a crawl whose permit is an hour off, meets a long budget wait. */
+const waitsOnTheBudget: ScheduledJob = {
+  job: "test:waits",
+  connection: "default",
+  interval: Duration.hours(1),
+  lease: "test:waits:default",
+  alsoCounts: [],
+  run: Effect.andThen(offerHandoff(Duration.toMillis(Duration.minutes(50))), Effect.never)
+}
+const runsAtOnce: ScheduledJob = {
+  job: "test:runs",
+  connection: "c1",
+  interval: Duration.hours(1),
+  lease: "test:runs:c1",
+  alsoCounts: [],
+  run: Effect.succeed({ requests: 1, detail: {} })
+}
+
+layer(harness({ alsoConnections: ["c1"], config: { sync: { workers: 1 } } }), options)(
+  "one worker, a job waiting on the budget",
+  (it) => {
+    it.effect("gives the worker to the next due job, records the run deferred, and keeps the job due later", () =>
+      Effect.gen(function* () {
+        const sql = yield* SqlClient
+        const runs = sql<{ job: string; status: string; detail: { deferred_seconds?: number } }>`
+          SELECT job, status, detail FROM crm_sync.job_runs WHERE job LIKE 'test:%' ORDER BY id`
+        const scope = yield* Scope.make()
+        // Both due at once: the waiting job is first in the config, so it is taken first.
+        yield* runScheduler([waitsOnTheBudget, runsAtOnce]).pipe(Scope.provide(scope))
+        yield* until(Effect.map(runs, (rows) => rows.some((row) => row.status === "succeeded"))).pipe(
+          Effect.timeoutOrElse({
+            duration: "30 seconds",
+            orElse: () => Effect.die(new Error("the other connection's job never ran: the worker stayed held"))
+          })
+        )
+        yield* Scope.close(scope, Exit.void)
+        const seen = (yield* runs).map((row) => [row.job, row.status, row.detail.deferred_seconds])
+        assert.deepStrictEqual(seen, [
+          ["test:waits", "deferred", 3000],
+          ["test:runs", "succeeded", undefined]
+        ])
+      })
+    )
+  }
+)
