@@ -1,111 +1,57 @@
 /**
- * The warehouse's entity-relationship diagram, generated from the catalog of a migrated database:
- * every table of schema `crm` with its key and reference columns, each foreign key as a
- * relationship, and the table's comment. `npm run docs:erd` migrates a throwaway embedded
- * PostgreSQL (or `DATABASE_URL`) and writes the diagram into docs/warehouse.md between its
- * `erd` markers; test/warehouse/Catalog.integration.test.ts fails when the two differ, so the
- * document cannot drift from the migrations.
+ * The warehouse's entity-relationship diagram, generated from the table declarations
+ * (src/warehouse/resources/, listed by `Declarations` in src/warehouse/Tables.ts): every table of
+ * schema `crm` with its key and reference columns, each foreign key as a relationship, and the
+ * table's comment. `npm run docs:erd` writes it into docs/warehouse.md between its `erd` markers;
+ * test/warehouse/Erd.test.ts fails when the two differ, and
+ * test/warehouse/Declarations.integration.test.ts when the declarations and the migrations do.
  */
-import { PgClient } from "@effect/sql-pg"
-import { Effect, Redacted } from "effect"
-import { Reactivity } from "effect/reactivity"
-import { SqlClient } from "effect/sql/SqlClient"
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
-import { tmpdir } from "node:os"
-import { join } from "node:path"
+import { Effect } from "effect"
+import { readFileSync, writeFileSync } from "node:fs"
 import * as prettier from "prettier"
-import { acquireEmbeddedDatabase } from "../src/warehouse/EmbeddedDatabase.ts"
-import { migrate } from "../src/warehouse/Migrations.ts"
-
-export interface CatalogColumn {
-  readonly table: string
-  readonly column: string
-  readonly type: string
-  readonly nullable: boolean
-  readonly comment: string | null
-  readonly primaryKey: boolean
-}
-
-export interface CatalogReference {
-  readonly child: string
-  readonly column: string
-  readonly parent: string
-}
-
-export interface Catalog {
-  readonly tables: ReadonlyArray<{ readonly name: string; readonly comment: string | null }>
-  readonly columns: ReadonlyArray<CatalogColumn>
-  readonly references: ReadonlyArray<CatalogReference>
-}
-
-/** Schema `crm` as the database describes it. */
-export const readCatalog = Effect.gen(function* () {
-  const sql = yield* SqlClient
-  const tables = yield* sql<{ name: string; comment: string | null }>`
-    SELECT c.relname AS name, obj_description(c.oid, 'pg_class') AS comment
-    FROM pg_class c WHERE c.relnamespace = 'crm'::regnamespace AND c.relkind = 'r' ORDER BY c.relname`
-  const columns = yield* sql<{
-    table: string
-    column: string
-    type: string
-    nullable: boolean
-    comment: string | null
-    primary_key: boolean
-  }>`
-    SELECT c.relname AS table, a.attname AS column, format_type(a.atttypid, a.atttypmod) AS type,
-           NOT a.attnotnull AS nullable, col_description(c.oid, a.attnum) AS comment,
-           EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conrelid = c.oid AND k.contype = 'p'
-                   AND a.attnum = ANY (k.conkey)) AS primary_key
-    FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid
-    WHERE c.relnamespace = 'crm'::regnamespace AND c.relkind = 'r' AND a.attnum > 0 AND NOT a.attisdropped
-    ORDER BY c.relname, a.attnum`
-  const references = yield* sql<{ child: string; column: string; parent: string }>`
-    SELECT c.relname AS child, a.attname AS column, p.relname AS parent
-    FROM pg_constraint k
-    JOIN pg_class c ON c.oid = k.conrelid JOIN pg_class p ON p.oid = k.confrelid
-    JOIN pg_attribute a ON a.attrelid = k.conrelid AND a.attnum = k.conkey[1]
-    WHERE k.contype = 'f' AND k.connamespace = 'crm'::regnamespace ORDER BY c.relname, a.attname`
-  return {
-    tables,
-    columns: columns.map(({ primary_key, ...column }) => ({ ...column, primaryKey: primary_key })),
-    references
-  } satisfies Catalog
-})
+import { Declarations, type TableDeclaration } from "../src/warehouse/Tables.ts"
+import { catalogType } from "../src/warehouse/resources/Declaration.ts"
 
 /** Mermaid's attribute type: one word. */
 const mermaidType = (type: string) => type.replace(/\[\]$/, "_array").replace(/[^A-Za-z0-9_]+/g, "_")
 
 /** A column worth drawing: a key, or a reference to another record. */
-const drawn = (column: CatalogColumn) => column.primaryKey || column.column === "id" || column.column.endsWith("_id")
+const drawn = (table: TableDeclaration, column: string) =>
+  table.primaryKey.includes(column) || column === "id" || column.endsWith("_id")
 
 /** The diagram (Mermaid `erDiagram`) and, under it, each table's comment. */
-export const renderErd = (catalog: Catalog): string => {
+export const renderErd = (tables: ReadonlyArray<TableDeclaration>): string => {
   const lines = ["```mermaid", "erDiagram"]
-  for (const reference of catalog.references) {
-    lines.push(`  ${reference.parent} ||--o{ ${reference.child} : "${reference.column}"`)
+  const references = tables
+    .flatMap((table) => table.references.map((reference) => ({ child: table.table, ...reference })))
+    .toSorted((a, b) => (`${a.child} ${a.column}` < `${b.child} ${b.column}` ? -1 : 1))
+  for (const reference of references) {
+    lines.push(`  ${reference.table} ||--o{ ${reference.child} : "${reference.column}"`)
   }
-  for (const table of catalog.tables) {
-    const keys = catalog.columns.filter((column) => column.table === table.name && drawn(column))
-    const others = catalog.columns.filter((column) => column.table === table.name && !drawn(column)).length
-    lines.push(`  ${table.name} {`)
+  for (const table of tables) {
+    const keys = table.columns.filter((column) => drawn(table, column.name))
+    const others = table.columns.length - keys.length
+    lines.push(`  ${table.table} {`)
     for (const column of keys) {
       const marks = [
-        ...(column.primaryKey ? ["PK"] : []),
-        ...(catalog.references.some((r) => r.child === table.name && r.column === column.column) ? ["FK"] : [])
+        ...(table.primaryKey.includes(column.name) ? ["PK"] : []),
+        ...(table.references.some((r) => r.column === column.name) ? ["FK"] : [])
       ]
-      lines.push(`    ${mermaidType(column.type)} ${column.column}${marks.length === 0 ? "" : ` ${marks.join(", ")}`}`)
+      lines.push(
+        `    ${mermaidType(catalogType(column.type))} ${column.name}${marks.length === 0 ? "" : ` ${marks.join(", ")}`}`
+      )
     }
     if (others > 0) lines.push(`    columns more_${others}`)
     lines.push("  }")
   }
   lines.push("```", "", "| table | what it holds |", "| --- | --- |")
-  for (const table of catalog.tables) {
-    lines.push(`| \`crm.${table.name}\` | ${(table.comment ?? "").replace(/\|/g, "\\|")} |`)
+  for (const table of tables) {
+    lines.push(`| \`crm.${table.table}\` | ${table.comment.replace(/\|/g, "\\|")} |`)
   }
   return lines.join("\n")
 }
 
-export const ERD_START = "<!-- erd:start (generated by npm run docs:erd from the migrated catalog; do not edit) -->"
+export const ERD_START = "<!-- erd:start (generated by npm run docs:erd from the table declarations; do not edit) -->"
 export const ERD_END = "<!-- erd:end -->"
 
 export const warehouseDoc = new URL("../docs/warehouse.md", import.meta.url)
@@ -122,17 +68,10 @@ export const withErd = (document: string, erd: string) =>
   })
 
 const main = Effect.gen(function* () {
-  const url = process.env.DATABASE_URL
-  const folder = url === undefined ? mkdtempSync(join(tmpdir(), "crm-sync-erd-")) : undefined
-  yield* Effect.addFinalizer(() =>
-    Effect.sync(() => folder !== undefined && rmSync(folder, { recursive: true, force: true }))
-  )
-  const database = url === undefined ? (yield* acquireEmbeddedDatabase(folder!)).url : Redacted.make(url)
-  const sql = yield* PgClient.make({ url: database })
-  const catalog = yield* Effect.andThen(migrate, readCatalog).pipe(Effect.provideService(SqlClient, sql))
   const document = readFileSync(warehouseDoc, "utf8")
-  writeFileSync(warehouseDoc, yield* withErd(document, renderErd(catalog)))
-  console.log(`docs/warehouse.md: ${catalog.tables.length} tables, ${catalog.references.length} relationships`)
-}).pipe(Effect.scoped, Effect.provide(Reactivity.layer))
+  writeFileSync(warehouseDoc, yield* withErd(document, renderErd(Declarations)))
+  const references = Declarations.reduce((n, table) => n + table.references.length, 0)
+  console.log(`docs/warehouse.md: ${Declarations.length} tables, ${references} relationships`)
+})
 
 if (import.meta.main) Effect.runPromise(main)
