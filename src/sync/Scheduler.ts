@@ -9,7 +9,7 @@
  * database's clock; a job that never succeeded is due at once) and then moves with each turn. A
  * worker that takes a job asks the database once more whether it is due (a replica may have run
  * it), and if so runs it under its lease (JobLease); a job whose lease another process holds is
- * skipped and looked at again a minute later (or after its interval, if shorter). Replicas share
+ * skipped and looked at again 15 s later (or after its interval, if shorter). Replicas share
  * the work through the leases alone.
  */
 import * as Cause from "effect/Cause"
@@ -33,8 +33,12 @@ const RETRY_AFTER_FAILURE = Duration.minutes(10)
  * doubling per failure in a row up to this, so that it resumes within a minute of its return.
  */
 const RETRY_DATABASE_MAX = Duration.seconds(30)
-/** When another process holds the job's lease, ask again after this (or the interval, if shorter). */
-const RETRY_WHEN_BUSY = Duration.minutes(1)
+/**
+ * When another process holds the job's lease, ask again after this (or the interval, if shorter):
+ * if that process dies (SIGKILL), its lease goes with its session and the job resumes here within
+ * this much. A look costs two short queries, a few per minute per job another replica is running.
+ */
+const RETRY_WHEN_BUSY = Duration.seconds(15)
 
 /** One job of one connection, as the scheduler runs it. */
 export interface ScheduledJob {

@@ -19,6 +19,13 @@
  * until then, the seconds without a committed page, peak resident memory, failed runs, the
  * p50/p99/max of both probes, the time SIGTERM takes then, and the progress every 10 s. Written
  * between the `bench:partner` (or `bench:partner-overlapping`) markers of docs/performance.md.
+ *
+ * `--replicas=N [--kill-one]`: N daemons on the one database (the probes sample the first). Each
+ * replica's share is its count of finished runs (`crm_sync_sync_runs_total`, read from its
+ * `/metrics` at the end, or just before it is killed). With `--kill-one`, the last replica is
+ * SIGKILLed once half of the first runs are done; the runs it held are marked `interrupted` by
+ * the others' orphan sweep, and the figure is the longest time from the kill until each such job
+ * succeeded elsewhere. Written between the `bench:partner-replicas` markers.
  */
 import { PgClient } from "@effect/sql-pg"
 import { Effect, Exit, Fiber, Queue, Redacted, Scope } from "effect"
@@ -44,6 +51,10 @@ const QUICK = process.argv.includes("--quick")
 const CONNECTIONS = Number(argument("--connections") ?? (OVERLAPPING ? (QUICK ? 10 : 50) : QUICK ? 50 : 500))
 const RECORDS = Number(argument("--records") ?? (OVERLAPPING ? 5_000 : 20))
 const CAP_SECONDS = Number(argument("--cap") ?? 360)
+/** `--replicas=N`: N daemons on the one database, sharing the work through their leases. */
+const REPLICAS = Math.max(1, Number(argument("--replicas") ?? 1))
+/** `--kill-one` (with replicas): the last replica is SIGKILLed once half of the first runs are done. */
+const KILL_ONE = REPLICAS > 1 && process.argv.includes("--kill-one")
 /** The jobs of a personal-token connection whose first runs are awaited (src/sync/SyncJobs.ts). */
 const FIRST_RUNS = [
   "poll:businesses",
@@ -153,6 +164,18 @@ const probe = async (url: string, everyMs: number, control: { running: boolean }
   }
 }
 
+/** A replica's finished runs (succeeded or failed), from its `/metrics`. */
+const finishedRuns = (adminPort: number) =>
+  fetch(`http://127.0.0.1:${adminPort}/metrics`, { signal: AbortSignal.timeout(10_000) })
+    .then((response) => response.text())
+    .then((text) =>
+      text
+        .split("\n")
+        .filter((line) => line.startsWith("crm_sync_sync_runs_total{") && /status="(succeeded|failed)"/.test(line))
+        .reduce((sum, line) => sum + Number(line.slice(line.lastIndexOf(" ") + 1)), 0)
+    )
+    .catch(() => 0)
+
 interface Progress {
   readonly finished: number
   readonly failed: number
@@ -242,27 +265,50 @@ const bench = Effect.gen(function* () {
         (rows) => rows[0]!,
         () => ({ finished: 0, failed: 0, connectionsDone: 0 })
       )
-    const adminPort = yield* freePort
-    const webhookPort = yield* freePort
+    const databaseNow = () =>
+      Effect.runPromise(sql.unsafe<{ ms: number }>("SELECT (extract(epoch FROM now()) * 1000)::float8 AS ms")).then(
+        (rows) => rows[0]!.ms
+      )
+    // For each job the killed replica held (its runs the others' sweep marked interrupted): the
+    // first success after the kill. Null while one has not succeeded again.
+    const resumedAfterKill = (killedMs: number) =>
+      Effect.runPromise(
+        sql.unsafe<{ seconds: number | null }>(`
+          SELECT max(extract(epoch FROM s.first_success) - ${killedMs / 1000})::float8 AS seconds,
+                 bool_or(s.first_success IS NULL) AS missing
+          FROM crm_sync.job_runs o
+          CROSS JOIN LATERAL (
+            SELECT min(r.finished_at) AS first_success FROM crm_sync.job_runs r
+            WHERE r.job = o.job AND r.connection = o.connection AND r.status = 'succeeded' AND r.id > o.id
+          ) s
+          WHERE o.status = 'interrupted' AND o.started_at <= to_timestamp(${killedMs / 1000})`)
+      ).then((rows) => ((rows[0] as { missing?: boolean } | undefined)?.missing ? null : (rows[0]?.seconds ?? null)))
+    const ports: Array<{ readonly admin: number; readonly webhook: number }> = []
+    for (let i = 0; i < REPLICAS; i++) ports.push({ admin: yield* freePort, webhook: yield* freePort })
+    const adminPort = ports[0]!.admin
     return yield* Effect.promise(async () => {
       const sandbox = await startSandbox()
-      const config = join(dir, "crm-sync.json")
-      writeFileSync(
-        config,
-        JSON.stringify({
-          database_url: Redacted.value(database.url),
-          webhook_port: webhookPort,
-          admin_port: adminPort,
-          connections: sandbox.tokens.map((token, i) => ({
-            name: connectionName(i),
-            base_url: sandbox.baseUrl,
-            credential: "personal",
-            token,
-            // one firm's advisors share its company bucket; a partner's firms each have their own
-            ...(OVERLAPPING ? { company_bucket: "firm" } : {})
-          }))
-        })
-      )
+      const configs = ports.map((port, i) => {
+        const path = join(dir, `crm-sync-${i + 1}.json`)
+        writeFileSync(
+          path,
+          JSON.stringify({
+            database_url: Redacted.value(database.url),
+            webhook_port: port.webhook,
+            admin_port: port.admin,
+            connections: sandbox.tokens.map((token, i) => ({
+              name: connectionName(i),
+              base_url: sandbox.baseUrl,
+              credential: "personal",
+              token,
+              // one firm's advisors share its company bucket; a partner's firms each have their own
+              ...(OVERLAPPING ? { company_bucket: "firm" } : {})
+            }))
+          })
+        )
+        return path
+      })
+      const config = configs[0]!
       const migrate = start(["migrate"], { CRM_SYNC_CONFIG: config })
       await new Promise((resolve) => migrate.once("exit", resolve))
       for (const statement of PAGE_TRIGGERS) await Effect.runPromise(sql.unsafe(statement))
@@ -281,7 +327,11 @@ const bench = Effect.gen(function* () {
       await sleep(500)
 
       const started = performance.now()
-      const daemon = start(["run"], { CRM_SYNC_CONFIG: config })
+      const replicas = configs.map((path) => start(["run"], { CRM_SYNC_CONFIG: path }))
+      const daemon = replicas[0]!
+      const alive = () => replicas.filter((replica) => replica.exitCode === null && replica.signalCode === null)
+      const shares = new Map<number, number>()
+      let killedAt: number | undefined
       // the probes sample the daemon once its admin port answers (its start is not what they measure)
       while (
         !(await fetch(`http://127.0.0.1:${adminPort}/healthz`).then(
@@ -307,8 +357,15 @@ const bench = Effect.gen(function* () {
       for (let tick = 0; ; tick++) {
         await sleep(2_000)
         if (daemon.exitCode !== null) throw new Error(`the daemon exited with ${daemon.exitCode}`)
-        peakMb = Math.max(peakMb, rssMb(daemon.pid!))
+        for (const replica of alive()) peakMb = Math.max(peakMb, rssMb(replica.pid!))
         last = await progress()
+        if (KILL_ONE && killedAt === undefined && last.finished >= (CONNECTIONS * FIRST_RUNS.length) / 2) {
+          const victim = replicas.length - 1
+          shares.set(victim, await finishedRuns(ports[victim]!.admin))
+          killedAt = await databaseNow()
+          replicas[victim]!.kill("SIGKILL")
+          console.log(`replica ${victim + 1} SIGKILLed after ${last.finished} finished runs`)
+        }
         const elapsed = (performance.now() - started) / 1000
         if (tick % 5 === 4) {
           const line = `${Math.round(elapsed)} s: ${last.connectionsDone}/${CONNECTIONS} connections done, ${last.finished} runs finished (${last.failed} failed), ${rssMb(daemon.pid!)} MB`
@@ -332,10 +389,15 @@ const bench = Effect.gen(function* () {
           ? await Effect.runPromise(sql.unsafe<Unfinished>(unfinishedSql(CONNECTIONS))).catch(() => [])
           : []
       const load = loadavg()[1]!
+      for (const [i, replica] of replicas.entries()) {
+        if (alive().includes(replica)) shares.set(i, await finishedRuns(ports[i]!.admin))
+      }
+      const resumedSeconds = killedAt === undefined ? undefined : await resumedAfterKill(killedAt)
       const stopping = performance.now()
-      daemon.kill("SIGTERM")
+      const running = alive()
+      for (const replica of running) replica.kill("SIGTERM")
       const exited = await Promise.race([
-        new Promise<boolean>((resolve) => daemon.once("exit", () => resolve(true))),
+        Promise.all(running.map((replica) => new Promise((resolve) => replica.once("exit", resolve)))).then(() => true),
         sleep(30_000).then(() => false)
       ])
       const sigtermSeconds = exited ? (performance.now() - stopping) / 1000 : undefined
@@ -352,7 +414,9 @@ const bench = Effect.gen(function* () {
         load,
         gaps,
         pages: commits.length,
-        unfinished
+        unfinished,
+        shares: replicas.map((_, i) => shares.get(i) ?? 0),
+        resumedSeconds
       }
     })
   } finally {
@@ -372,8 +436,23 @@ const describeProbe = (p: Probe) =>
 const what = OVERLAPPING
   ? `one firm of ${CONNECTIONS} advisors who all see its 3 books (${RECORDS.toLocaleString("en-US")} records), a connection each, one company bucket`
   : `${CONNECTIONS} disjoint firms of ${RECORDS} records, a connection each`
+const totalRuns = result.shares.reduce((sum, runs) => sum + runs, 0)
+const shareOf = (runs: number) => (totalRuns === 0 ? 0 : (100 * runs) / totalRuns)
+const evenShare = 100 / REPLICAS
+const replicaRows =
+  REPLICAS === 1
+    ? []
+    : [
+        `| each replica's share of the ${totalRuns} finished runs | ${result.shares.map((runs, i) => `${i + 1}: ${shareOf(runs).toFixed(0)}%${KILL_ONE && i === REPLICAS - 1 ? " (until killed)" : ""}`).join(", ")} | ${evenShare.toFixed(0)}% ± 10 points | ${met(KILL_ONE || result.shares.every((runs) => Math.abs(shareOf(runs) - evenShare) <= 10))} |`,
+        ...(KILL_ONE
+          ? [
+              `| jobs of the SIGKILLed replica done elsewhere, after the kill | ${result.resumedSeconds === undefined || result.resumedSeconds === null ? "**not all**" : `within ${result.resumedSeconds.toFixed(0)} s`} | ≤ 60 s | ${met(result.resumedSeconds !== undefined && result.resumedSeconds !== null && result.resumedSeconds <= 60)} |`
+            ]
+          : [])
+      ]
+const command = `npm run bench -- partner${OVERLAPPING ? " -- --overlapping" : ""}${REPLICAS > 1 ? ` -- --replicas=${REPLICAS}${KILL_ONE ? " --kill-one" : ""}` : ""}`
 const figures = [
-  `Measured ${new Date().toISOString().slice(0, 10)} by \`npm run bench -- partner${OVERLAPPING ? " -- --overlapping" : ""}\` on this 2-core machine: \`crm-sync run\` from a cold start with ${what} (sandbox, the spec's hourly limits).`,
+  `Measured ${new Date().toISOString().slice(0, 10)} by \`${command}\` on this 2-core machine: \`crm-sync run\` from a cold start with ${what} (sandbox, the spec's hourly limits)${REPLICAS > 1 ? `, ${REPLICAS} replicas of \`crm-sync run\` on one database` : ""}.`,
   "",
   "| measure | figure | target | |",
   "| --- | --- | --- | --- |",
@@ -383,6 +462,7 @@ const figures = [
   `| failed runs | ${result.last.failed} of ${result.last.finished} finished | 0 | ${met(result.last.failed === 0)} |`,
   `| \`/readyz\` | ${describeProbe(result.readyz)} | p99 ≤ 50 ms | ${met(quantile(result.readyz.latencies, 0.99) <= 50)} |`,
   `| \`/status\` | ${describeProbe(result.status)} | p99 ≤ 200 ms | ${met(quantile(result.status.latencies, 0.99) <= 200)} |`,
+  ...replicaRows,
   `| SIGTERM to exit, at the end | ${result.sigtermSeconds === undefined ? "**not within 30 s**" : `${result.sigtermSeconds.toFixed(1)} s`} | ≤ 10 s | ${met(result.sigtermSeconds !== undefined && result.sigtermSeconds <= 10)} |`,
   ...(result.unfinished.length === 0
     ? []
@@ -400,5 +480,5 @@ const figures = [
   `Times from the daemon's spawn; its admin port answered after ${result.listeningAfter.toFixed(1)} s, and the probes sample from then. The machine's 5-minute load average at the end: ${result.load.toFixed(1)} (other work shares its 2 cores). Progress: ${result.timeline.length === 0 ? "done before the first 10-s mark" : result.timeline.join("; ")}.`
 ].join("\n")
 console.log(`\n${figures}\n`)
-await recordFigures(OVERLAPPING ? "partner-overlapping" : "partner", figures)
+await recordFigures(REPLICAS > 1 ? "partner-replicas" : OVERLAPPING ? "partner-overlapping" : "partner", figures)
 process.exit(0)
