@@ -12,7 +12,7 @@
  * The windows are the sandbox's own, rebuilt from its request log exactly as it opens them (a
  * window begins at the first request after the previous one ended). Printed: requests per server
  * window, 429 answers, and the strictest bucket's utilization per full window; the figures are
- * written into docs/client-and-budget.md between the bench markers. Requires nothing but this
+ * written into docs/performance.md between the bench markers. Requires nothing but this
  * repository: PostgreSQL is embedded, in a temporary folder.
  *
  * Scenarios: crm-sync alone on its grant; a co-tenant (the firm's other integrations) that
@@ -337,7 +337,7 @@ Effect.runPromise(
     const alone = yield* Effect.scoped(main("alone"))
     const text = aloneReport(alone)
     console.log(`\n${text}\n`)
-    yield* Effect.promise(() => recordFigures("budget", text, ["docs/client-and-budget.md"]))
+    yield* Effect.promise(() => recordFigures("budget", text))
     if (process.argv.includes("--no-cotenant")) return
     const cotenant = yield* Effect.scoped(main("cotenant"))
     const departs = yield* Effect.scoped(main("departs"))
@@ -345,11 +345,11 @@ Effect.runPromise(
     const steady = yield* Effect.scoped(main("steady"))
     const shared = cotenantReport(cotenant, departs, even, steady)
     console.log(`\n${shared}\n`)
-    yield* Effect.promise(() => recordFigures("budget-cotenant", shared, ["docs/client-and-budget.md"]))
+    yield* Effect.promise(() => recordFigures("budget-cotenant", shared))
     const staying = yield* Effect.scoped(main("staying"))
     const probes = probesReport(staying)
     console.log(`\n${probes}\n`)
-    yield* Effect.promise(() => recordFigures("budget-probes", probes, ["docs/client-and-budget.md"]))
+    yield* Effect.promise(() => recordFigures("budget-probes", probes))
   })
 ).then(
   () => process.exit(0),
