@@ -49,7 +49,7 @@ export const status = (input: { readonly json: boolean; readonly connection?: st
     yield* Console.log(input.json ? JSON.stringify(report) : renderStatus(report))
   }).pipe(Effect.provide(MigratedDatabase), withBase)
 
-/** `--json`: `{"generated_at": ..., "connections": [a plan per connection]}` (docs/operations.md). */
+/** `--json`: `{"generated_at": ..., "connections": [a plan per connection]}` (docs/client-and-budget.md). */
 export const plan = (input: { readonly json: boolean }) =>
   Effect.gen(function* () {
     const { planReport, renderPlan } = yield* Effect.promise(planModule)

@@ -12,7 +12,7 @@
  * The windows are the sandbox's own, rebuilt from its request log exactly as it opens them (a
  * window begins at the first request after the previous one ended). Printed: requests per server
  * window, 429 answers, and the strictest bucket's utilization per full window; the figures are
- * written into docs/client-and-budget.md between the bench markers. Requires nothing but this
+ * written into docs/performance.md between the bench markers. Requires nothing but this
  * repository: PostgreSQL is embedded, in a temporary folder.
  *
  * Scenarios: crm-sync alone on its grant; a co-tenant (the firm's other integrations) that
@@ -257,11 +257,17 @@ const cotenantReport = (cotenant: Figures, departs: Figures, even: Figures, stea
     figures.departedAt !== undefined && window.startedAt >= figures.departedAt
       ? STRICTEST_LIMIT
       : STRICTEST_LIMIT - COTENANT
-  const rows = (figures: Figures) =>
-    figures.full.map(
-      (window, index) =>
-        `| ${index + 1} | ${window.requests} of ${left(figures, window)} | ${percent(window.requests / left(figures, window))} | ${window.limited} |`
-    )
+  const cell = (figures: Figures, index: number) => {
+    const window = figures.full[index]
+    if (window === undefined) return ""
+    const use = `${window.requests} of ${left(figures, window)} (${percent(window.requests / left(figures, window))})`
+    return window.limited > 0 ? `${use}, **${window.limited}** × 429` : use
+  }
+  const runs = [cotenant, departs, even, steady]
+  const rows = Array.from(
+    { length: Math.max(...runs.map((figures) => figures.full.length)) },
+    (_, index) => `| ${index + 1} | ${runs.map((figures) => cell(figures, index)).join(" | ")} |`
+  )
   const bursts = cotenant.full.filter((window) => window.limited > 0)
   const steadyBursts = steady.full.filter((window) => window.limited > 0)
   const burstFigure = (figures: Figures, windows: ReadonlyArray<ServerWindow>) =>
@@ -277,29 +283,11 @@ const cotenantReport = (cotenant: Figures, departs: Figures, even: Figures, stea
   return [
     `Same setup; a co-tenant spends ${COTENANT} of the user bucket's 500 as each window opens (sandbox \`setCotenant\`, spread \`start\`), budget defaults (probe step 20%).`,
     "",
-    "Co-tenant throughout:",
+    "Each cell: crm-sync's requests of what the co-tenant leaves in that server window, and its 429s. Runs: the co-tenant stays throughout; it leaves after two windows; it spends its share evenly through each window (`spread` `even`: the sandbox charges it whatever crm-sync took, so a use over 100% is what its own requests would have met as 429s); it stays, with probing off (`budget.probe_step: 0`: a departed co-tenant's share would come back only when the learned ceiling expires).",
     "",
-    "| server window | crm-sync's requests of what is left | use | 429 |",
-    "|---|---|---|---|",
-    ...rows(cotenant),
-    "",
-    "The co-tenant leaves after two windows:",
-    "",
-    "| server window | crm-sync's requests of what is left | use | 429 |",
-    "|---|---|---|---|",
-    ...rows(departs),
-    "",
-    `A co-tenant that spends its ${COTENANT} evenly through each window (spread \`even\`; the sandbox charges it whatever crm-sync took, so a use over 100% is what the co-tenant's own requests would have met as 429s):`,
-    "",
-    "| server window | crm-sync's requests of what is left | use | 429 |",
-    "|---|---|---|---|",
-    ...rows(even),
-    "",
-    "Co-tenant throughout, probing off (`budget.probe_step: 0`): no probe, so a departed co-tenant's share comes back only when the learned ceiling expires (`budget.learned_ceiling_ttl`, 6 hours):",
-    "",
-    "| server window | crm-sync's requests of what is left | use | 429 |",
-    "|---|---|---|---|",
-    ...rows(steady),
+    "| server window | co-tenant throughout | co-tenant leaves | co-tenant spends evenly | throughout, probing off |",
+    "|---|---|---|---|---|",
+    ...rows,
     "",
     "| measure | figure | target | |",
     "|---|---|---|---|",
@@ -327,11 +315,9 @@ const probesReport = (staying: Figures) => {
   return [
     `Same setup, ${windows.length} windows (${(staying.elapsedMs / 1000).toFixed(0)} s); the co-tenant spends ${COTENANT} of the user bucket's 500 as each window opens and stays throughout; budget defaults (probe step 20%; \`learned_ceiling_ttl\` 6 hours, so the wait's cap is far off in 10-s windows). The first window's 429s teach the ceiling; each later one is a refused probe.`,
     "",
-    "| server window | crm-sync's requests of what is left | 429 (refused probes after the first) |",
-    "|---|---|---|",
-    ...windows.map(
-      (window, index) => `| ${index + 1} | ${window.requests} of ${STRICTEST_LIMIT - COTENANT} | ${window.limited} |`
-    ),
+    `Per server window, crm-sync's requests of the ${STRICTEST_LIMIT - COTENANT} left and its 429s: ${windows
+      .map((window, index) => `${index + 1}: ${window.requests}${window.limited > 0 ? `, **${window.limited}**` : ""}`)
+      .join(" · ")}.`,
     "",
     "| measure | figure | target | |",
     "|---|---|---|---|",
@@ -351,7 +337,7 @@ Effect.runPromise(
     const alone = yield* Effect.scoped(main("alone"))
     const text = aloneReport(alone)
     console.log(`\n${text}\n`)
-    yield* Effect.promise(() => recordFigures("budget", text, ["docs/client-and-budget.md"]))
+    yield* Effect.promise(() => recordFigures("budget", text))
     if (process.argv.includes("--no-cotenant")) return
     const cotenant = yield* Effect.scoped(main("cotenant"))
     const departs = yield* Effect.scoped(main("departs"))
@@ -359,11 +345,11 @@ Effect.runPromise(
     const steady = yield* Effect.scoped(main("steady"))
     const shared = cotenantReport(cotenant, departs, even, steady)
     console.log(`\n${shared}\n`)
-    yield* Effect.promise(() => recordFigures("budget-cotenant", shared, ["docs/client-and-budget.md"]))
+    yield* Effect.promise(() => recordFigures("budget-cotenant", shared))
     const staying = yield* Effect.scoped(main("staying"))
     const probes = probesReport(staying)
     console.log(`\n${probes}\n`)
-    yield* Effect.promise(() => recordFigures("budget-probes", probes, ["docs/client-and-budget.md"]))
+    yield* Effect.promise(() => recordFigures("budget-probes", probes))
   })
 ).then(
   () => process.exit(0),

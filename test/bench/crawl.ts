@@ -19,7 +19,7 @@
  * slow machine from slow code.
  *
  * Targets: at least 20,000 records/s, and peak memory that does not grow with the record count
- * (at most 512 MB). The figures are printed and written into docs/performance.md and docs/sync.md between
+ * (at most 512 MB). The figures are printed and written into docs/performance.md between
  * the `bench:crawl` markers (`--no-docs` only prints). Each size is measured in a process of its
  * own (this file with `--measure`), on one embedded PostgreSQL.
  */
@@ -360,7 +360,7 @@ if (sandboxSize !== undefined) {
     async (results) => {
       const text = report(results)
       console.log(`\n${text}\n`)
-      await recordFigures("crawl", text, ["docs/sync.md"])
+      await recordFigures("crawl", text)
       process.exit(0)
     },
     (error) => {

@@ -6,7 +6,7 @@
  * 1,000). Every connection keeps four requests in flight, wanting far more than its share. From
  * the sandbox's request log, window by window (each opens at the first request after the last
  * ended): what each connection got, against an even share of what was sent. The figures go into
- * docs/performance.md and docs/client-and-budget.md. PostgreSQL is embedded, in a temporary folder.
+ * docs/performance.md. PostgreSQL is embedded, in a temporary folder.
  */
 import { PgClient } from "@effect/sql-pg"
 import { Context, Effect, Fiber, Layer, Redacted } from "effect"
@@ -142,7 +142,7 @@ Effect.runPromise(
     Effect.flatMap((figures) => {
       const text = report(figures)
       console.log(`\n${text}\n`)
-      return Effect.promise(() => recordFigures("fairness", text, ["docs/client-and-budget.md"]))
+      return Effect.promise(() => recordFigures("fairness", text))
     })
   )
 ).then(

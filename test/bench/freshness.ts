@@ -361,6 +361,6 @@ if (!process.argv.includes("--sender")) {
   console.log(
     at1000.p99 <= 250 ? "freshness by webhook: target met" : "freshness by webhook: target NOT met (p99 > 250 ms)"
   )
-  await recordFigures("freshness", table, ["docs/webhooks.md"])
+  await recordFigures("freshness", table)
   process.exit(0)
 }

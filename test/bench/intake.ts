@@ -11,7 +11,7 @@
  * event fixtures (~1 KB) with distinct ids, signed with `standardwebhooks` before the clock starts.
  * Latency is measured from each request's scheduled start (no coordinated omission).
  *
- * The figures are printed and written into docs/webhooks.md between the bench markers.
+ * The figures are printed and written into docs/performance.md between the bench markers.
  * For investigation: `--skip-baseline` measures the intake alone, and `BENCH_TRACE=1` prints
  * when the slow requests were due and the status of failed answers.
  */
@@ -500,7 +500,7 @@ if (!process.argv.includes("--generator")) {
       Effect.flatMap((figures) => {
         const text = report(figures)
         console.log(`\n${text}\n`)
-        return Effect.promise(() => recordFigures("intake", text, ["docs/webhooks.md"]))
+        return Effect.promise(() => recordFigures("intake", text))
       })
     )
   ).then(
