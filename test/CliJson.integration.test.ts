@@ -60,7 +60,7 @@ layer(
 
         const backfill = yield* cli(["backfill", "--json"], env)
         assert.strictEqual(backfill.code, 0, backfill.stderr.slice(-1500))
-        assert.include(backfill.stderr, '"message":"crawl: complete"', "log lines on stderr")
+        assert.include(backfill.stderr, '"msg":"crawl: complete"', "log lines on stderr")
         const summary = oneObject(backfill)
         assert.isTrue(summary.ok)
         assert.deepStrictEqual(

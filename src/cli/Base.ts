@@ -1,15 +1,15 @@
 /**
  * What every command but `sandbox` runs on: the config (file and environment), logs on stderr at
- * the configured level, and OTLP export when `OTEL_EXPORTER_OTLP_ENDPOINT` is set. The command
- * line (CommandLine.ts) loads a command's module, and through it this one, only when it runs.
+ * the configured level (text on a terminal, JSON lines otherwise, or as `log_format` says), and
+ * OTLP export when `OTEL_EXPORTER_OTLP_ENDPOINT` is set. The command line (CommandLine.ts) loads a
+ * command's module, and through it this one, only when it runs.
  */
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import * as Logger from "effect/Logger"
-import * as References from "effect/References"
 import * as Schema from "effect/Schema"
 import packageJson from "../../package.json" with { type: "json" }
 import { AppConfig } from "../config/AppConfig.ts"
+import { LoggingLayer } from "../observability/Logs.ts"
 import { TelemetryLive } from "../observability/Telemetry.ts"
 
 const logLevels = { debug: "Debug", info: "Info", warn: "Warn", error: "Error" } as const
@@ -17,15 +17,7 @@ const logLevels = { debug: "Debug", info: "Info", warn: "Warn", error: "Error" }
 /** Logs go to stderr so that command output (`status --json`) stays clean on stdout. */
 const LoggingLive = Layer.unwrap(
   Effect.map(AppConfig, (config) =>
-    Layer.mergeAll(
-      // Logger.consoleJson writes with console.log whatever LogToStderr says: JSON lines go to
-      // stderr explicitly (the pretty logger honours LogToStderr).
-      process.stderr.isTTY
-        ? Logger.layer([Logger.consolePretty()])
-        : Logger.layer([Logger.withConsoleError(Logger.formatJson)]),
-      Layer.succeed(Logger.LogToStderr, true),
-      Layer.succeed(References.MinimumLogLevel, logLevels[config.log_level])
-    )
+    LoggingLayer(config.log_format ?? (process.stderr.isTTY ? "text" : "json"), logLevels[config.log_level])
   )
 )
 

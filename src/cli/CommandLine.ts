@@ -125,10 +125,27 @@ const status = Command.make(
       Flag.withDescription("Only this connection: its health, jobs and plan (default: a summary of all)"),
       Flag.optional
     ),
-    json: jsonFlag
+    json: jsonFlag,
+    watch: Flag.Boolean("watch").pipe(
+      Flag.withDescription(
+        "Redraw the view in place until Ctrl-C, like top (off a terminal: one snapshot after another)"
+      ),
+      Flag.withDefault(false)
+    ),
+    interval: Flag.Finite("interval").pipe(
+      Flag.withDescription("Seconds between two --watch refreshes (default: 5)"),
+      Flag.optional
+    )
   },
-  ({ connection, json }) =>
-    load(warehouseCommands, (module) => module.status({ connection: Option.getOrUndefined(connection), json }))
+  ({ connection, json, watch, interval }) =>
+    load(warehouseCommands, (module) =>
+      module.status({
+        connection: Option.getOrUndefined(connection),
+        json,
+        watch,
+        interval: Option.getOrUndefined(interval)
+      })
+    )
 ).pipe(
   Command.withDescription(
     "Show the connections' health, rows and freshness per resource, the rate budget, and the inbox and outbox."

@@ -1,15 +1,18 @@
 /**
- * The commands that need only the warehouse: `migrate`, `status`, `plan`, `outbox retry` and
- * `webhooks replay`. Each prints one JSON object with `--json`. Each imports what it reads when it
- * runs, so `status` does not load the event processor.
+ * The commands that need only the warehouse: `migrate`, `status` (`--watch`: StatusWatch.ts),
+ * `plan`, `outbox retry` and `webhooks replay`. Each prints one JSON object with `--json`. Each
+ * imports what it reads when it runs, so `status` does not load the event processor.
  */
 import * as Console from "effect/Console"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
 import * as Schema from "effect/Schema"
 import { AppConfig } from "../config/AppConfig.ts"
 import { DatabaseInfo, DatabaseLive, MigratedDatabase } from "../warehouse/Database.ts"
 import { migrate as applyMigrations } from "../warehouse/Migrations.ts"
 import { UsageError, withBase } from "./Base.ts"
+import { DEFAULT_INTERVAL_SECONDS, MIN_INTERVAL_SECONDS, watch } from "./StatusWatch.ts"
 
 const statusModule = () => import("../observability/StatusReport.ts")
 const planModule = () => import("../observability/PlanReport.ts")
@@ -33,10 +36,31 @@ export const migrate = (input: { readonly json: boolean }) =>
     )
   }).pipe(Effect.provide(DatabaseLive), withBase)
 
+/** How `status` was asked for; `--watch` redraws the view every `--interval` seconds. */
+export interface StatusInput {
+  readonly json: boolean
+  readonly connection?: string | undefined
+  readonly watch?: boolean
+  readonly interval?: number | undefined
+}
+
+/** Flags that cannot go together, refused before the database is opened. */
+const statusUsage = (input: StatusInput): string | undefined => {
+  if (input.watch === true && input.json)
+    return "status --watch redraws the terminal view and cannot print --json: run status --json at the interval you need"
+  if (input.interval !== undefined && input.watch !== true)
+    return "status --interval sets how often --watch redraws: add --watch"
+  if (input.interval !== undefined && !(input.interval >= MIN_INTERVAL_SECONDS && input.interval <= 3600))
+    return `status --interval takes seconds from ${MIN_INTERVAL_SECONDS} to 3600, not ${input.interval}`
+  return undefined
+}
+
 /** `--connection NAME`: the report of that connection alone (its plan is the only one made). */
-export const status = (input: { readonly json: boolean; readonly connection?: string | undefined }) =>
-  Effect.gen(function* () {
-    const { renderStatus, statusReport } = yield* Effect.promise(statusModule)
+export const status = (input: StatusInput) => {
+  const usage = statusUsage(input)
+  if (usage !== undefined) return Effect.fail(new UsageError({ message: usage }))
+  return Effect.gen(function* () {
+    const { renderStatus, statusReport, PLAN_TTL } = yield* Effect.promise(statusModule)
     const config = yield* AppConfig
     const only = input.connection
     if (only !== undefined && !config.connections.some((connection) => connection.name === only)) {
@@ -45,9 +69,26 @@ export const status = (input: { readonly json: boolean; readonly connection?: st
         message: `status --connection: no connection named ${only} in this config (${names.length === 0 ? "none configured" : `configured: ${names.slice(0, 10).join(", ")}${names.length > 10 ? ", ..." : ""}`})`
       })
     }
-    const report = yield* statusReport(config, yield* DatabaseInfo, only)
-    yield* Console.log(input.json ? JSON.stringify(report) : renderStatus(report))
+    const database = yield* DatabaseInfo
+    if (input.watch !== true) {
+      const report = yield* statusReport(config, database, only)
+      return yield* Console.log(input.json ? JSON.stringify(report) : renderStatus(report))
+    }
+    // The plans follow hourly rates: remade every PLAN_TTL, as for the status page, not at each
+    // frame; one that failed is tried again at the next.
+    const { planReport } = yield* Effect.promise(planModule)
+    const plans = yield* Effect.cachedWithTTL(planReport(config, only), (exit) =>
+      Exit.isSuccess(exit) ? PLAN_TTL : Duration.zero
+    )
+    const render = Effect.gen(function* () {
+      const report = yield* statusReport(config, database, only, yield* plans)
+      return { text: renderStatus(report), at: report.generated_at }
+    })
+    yield* watch(render, input.interval ?? DEFAULT_INTERVAL_SECONDS, () =>
+      process.stdout.isTTY ? { rows: process.stdout.rows, columns: process.stdout.columns } : undefined
+    )
   }).pipe(Effect.provide(MigratedDatabase), withBase)
+}
 
 /** `--json`: `{"generated_at": ..., "connections": [a plan per connection]}` (docs/client-and-budget.md). */
 export const plan = (input: { readonly json: boolean }) =>

@@ -284,6 +284,8 @@ export const ConfigDocument = Schema.Struct({
    */
   open_metrics: withDefault(Schema.Boolean, false),
   log_level: withDefault(Schema.Literals(["debug", "info", "warn", "error"]), "info"),
+  /** `json` lines or readable `text`; unset: text on a terminal, JSON otherwise. */
+  log_format: Schema.optionalKey(Schema.Literals(["json", "text"])),
   /**
    * `apply` (default): every command applies pending migrations first. `check`: it only verifies
    * that none is pending and stops if one is — for a runtime role that may not run DDL
@@ -416,6 +418,7 @@ export const mergeEnv = (file: Json, env: EnvValues): Json => {
   set("admin_token", env.adminToken)
   set("open_metrics", env.openMetrics, (raw) => (raw === "true" ? true : raw === "false" ? false : raw))
   set("log_level", env.logLevel)
+  set("log_format", env.logFormat)
   set("migrations", env.migrations)
   if (Option.isSome(env.reconcileSchedule) && env.reconcileSchedule.value !== "") {
     const schedules: Json = isRecord(document.schedules) ? { ...document.schedules } : {}

@@ -59,6 +59,11 @@ export const Variables = {
     key: "log_level",
     about: "debug, info, warn or error (default: info)"
   },
+  logFormat: {
+    name: "CRM_SYNC_LOG_FORMAT",
+    key: "log_format",
+    about: "json or text (default: text on a terminal, else json)"
+  },
   migrations: {
     name: "CRM_SYNC_MIGRATIONS",
     key: "migrations",

@@ -49,6 +49,17 @@ describe("AppConfig", () => {
     })
   )
 
+  it.effect("CRM_SYNC_LOG_FORMAT chooses json or text (unset: decided by the terminal); another value is refused", () =>
+    Effect.gen(function* () {
+      assert.strictEqual((yield* load({ CRM_SYNC_LOG_FORMAT: "json" })).log_format, "json")
+      assert.strictEqual((yield* load({ CRM_SYNC_LOG_FORMAT: "text" })).log_format, "text")
+      assert.isUndefined((yield* load({})).log_format)
+      const bad = failure(yield* Effect.exit(load({ CRM_SYNC_LOG_FORMAT: "logfmt" })))
+      assert.strictEqual(bad.key, "CRM_SYNC_LOG_FORMAT")
+      assert.strictEqual(bad.line, 'config: CRM_SYNC_LOG_FORMAT: Expected "json" | "text"')
+    })
+  )
+
   it.effect("CRM_SYNC_* names every setting of crm-sync; the older names are aliases the new ones override", () =>
     Effect.gen(function* () {
       const current = yield* load({

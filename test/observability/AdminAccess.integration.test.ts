@@ -75,7 +75,7 @@ layer(
       const messages = daemon
         .output()
         .split("\n")
-        .flatMap((line) => (line.startsWith("{") ? [String(JSON.parse(line).message)] : []))
+        .flatMap((line) => (line.startsWith("{") ? [String(JSON.parse(line).msg)] : []))
       assert.include(messages, "crm-sync stopping: finishing the work in hand")
       assert.strictEqual(messages.at(-1), "crm-sync stopped", messages.slice(-5).join("\n"))
     }).pipe(Effect.scoped)

@@ -56,7 +56,7 @@ const logLines = (output: string): ReadonlyArray<{ readonly message: string; rea
   output.split("\n").flatMap((line) => {
     if (!line.startsWith("{")) return []
     const parsed = JSON.parse(line)
-    return typeof parsed.message === "string" ? [{ message: parsed.message, level: String(parsed.level) }] : []
+    return typeof parsed.msg === "string" ? [{ message: parsed.msg, level: String(parsed.level) }] : []
   })
 
 /** Runs `crm-sync <args>` with exactly `env`; its exit code and output. */
@@ -160,7 +160,7 @@ it.live(
         (line) => line !== undefined,
         60
       )
-      assert.strictEqual(warning!.level, "WARN")
+      assert.strictEqual(warning!.level, "warn")
       assert.include(warning!.message, target)
       assert.notInclude(output, runtimePassword)
       child.kill("SIGTERM")
