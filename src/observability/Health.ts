@@ -62,20 +62,23 @@ const CREDENTIALS_TIMEOUT = Duration.seconds(10)
  * intake must go on storing deliveries meanwhile. Each change of the answer is logged once, with
  * the reasons (a database's: where it is and what PostgreSQL or the socket said).
  *
- * The check runs in the background (`SELECT 1` every second, the credentials every 30 s, one
+ * The check runs in the background (`SELECT 1` every second on a connection of its own, the
+ * credentials every 30 s, one
  * query per OAuth connection) and the probe answers its latest result, so the probe's time does
  * not depend on the number of connections, on the pool being busy or on a slow database; only the
  * first probe waits for the first check.
  */
 const readiness = HttpRouter.use(
   Effect.fnUntraced(function* (router) {
-    const sql = yield* SqlClient
     const config = yield* AppConfig
     const credentials = yield* Credentials
-    const where = Option.match(yield* Effect.serviceOption(DatabaseInfo), {
-      onNone: () => "",
-      onSome: (database) => ` (${database.location})`
-    })
+    const info = yield* Effect.serviceOption(DatabaseInfo)
+    const where = Option.match(info, { onNone: () => "", onSome: (database) => ` (${database.location})` })
+    // Its own connection where the database layer offers one: SELECT 1 then measures the database,
+    // not the queue for the shared pool.
+    const dedicated = Option.flatMap(info, (database) => Option.fromNullishOr(database.dedicated))
+    const shared = yield* SqlClient
+    const sql = Option.isSome(dedicated) ? yield* Effect.catch(dedicated.value, () => Effect.succeed(shared)) : shared
     const lastProblems = yield* Ref.make<ReadonlyArray<string>>([])
     const credentialState = yield* Ref.make<{ readonly problems: ReadonlyArray<string>; readonly at: number }>({
       problems: [],

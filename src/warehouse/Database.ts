@@ -14,6 +14,9 @@ import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import * as Schema from "effect/Schema"
 import { SqlClient } from "effect/sql/SqlClient"
+import type { SqlError } from "effect/sql/SqlError"
+import { Reactivity } from "effect/reactivity"
+import type * as Scope from "effect/Scope"
 import { AppConfig, type AppConfigShape } from "../config/AppConfig.ts"
 import { oneLine } from "../observability/Text.ts"
 import { acquireEmbeddedDatabase } from "./EmbeddedDatabase.ts"
@@ -23,6 +26,11 @@ export interface DatabaseInfoShape {
   readonly kind: "external" | "embedded"
   /** Where it is, secrets left out: host:port/database, or the embedded data folder. */
   readonly location: string
+  /**
+   * A client of its own on the same database, one connection, for the readiness check: a pool
+   * busy with hundreds of connections' jobs must not make the replica look unready.
+   */
+  readonly dedicated?: Effect.Effect<SqlClient, SqlError, Scope.Scope>
 }
 
 export class DatabaseInfo extends Context.Service<DatabaseInfo, DatabaseInfoShape>()(
@@ -86,7 +94,15 @@ const connected = (
 ) =>
   Layer.merge(
     reachable(target).pipe(Layer.provideMerge(PgClient.layer({ url, applicationName: "crm-sync", startupParameters }))),
-    Layer.succeed(DatabaseInfo, info)
+    Layer.succeed(DatabaseInfo, {
+      ...info,
+      dedicated: PgClient.make({
+        url,
+        applicationName: "crm-sync readiness",
+        startupParameters,
+        maxConnections: 1
+      }).pipe(Effect.provide(Reactivity.layer))
+    })
   )
 
 export const DatabaseLive = Layer.unwrap(
