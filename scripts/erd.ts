@@ -1,10 +1,12 @@
 /**
  * The warehouse's entity-relationship diagram, generated from the table declarations
  * (src/warehouse/resources/, listed by `Declarations` in src/warehouse/Tables.ts): every table of
- * schema `crm` with its key and reference columns, each foreign key as a relationship, and the
- * table's comment. `npm run docs:erd` writes it into docs/warehouse.md between its `erd` markers;
- * test/warehouse/Erd.test.ts fails when the two differ, and
- * test/warehouse/Declarations.integration.test.ts when the declarations and the migrations do.
+ * schema `crm` with its key and reference columns (the others are left out), each foreign key as
+ * a relationship. What a table and each column hold is in their `COMMENT`s, shown by psql
+ * (`\dt+ crm.*`, `\d+`), dbt and BI tools, so the page does not repeat them. `npm run docs:erd`
+ * writes it into docs/warehouse.md between its `erd` markers; test/warehouse/Erd.test.ts fails
+ * when the two differ, and test/warehouse/Declarations.integration.test.ts when the declarations
+ * and the migrations do.
  */
 import { Effect } from "effect"
 import { readFileSync, writeFileSync } from "node:fs"
@@ -19,7 +21,7 @@ const mermaidType = (type: string) => type.replace(/\[\]$/, "_array").replace(/[
 const drawn = (table: TableDeclaration, column: string) =>
   table.primaryKey.includes(column) || column === "id" || column.endsWith("_id")
 
-/** The diagram (Mermaid `erDiagram`) and, under it, each table's comment. */
+/** The diagram (Mermaid `erDiagram`). */
 export const renderErd = (tables: ReadonlyArray<TableDeclaration>): string => {
   const lines = ["```mermaid", "erDiagram"]
   const references = tables
@@ -30,7 +32,6 @@ export const renderErd = (tables: ReadonlyArray<TableDeclaration>): string => {
   }
   for (const table of tables) {
     const keys = table.columns.filter((column) => drawn(table, column.name))
-    const others = table.columns.length - keys.length
     lines.push(`  ${table.table} {`)
     for (const column of keys) {
       const marks = [
@@ -41,13 +42,9 @@ export const renderErd = (tables: ReadonlyArray<TableDeclaration>): string => {
         `    ${mermaidType(catalogType(column.type))} ${column.name}${marks.length === 0 ? "" : ` ${marks.join(", ")}`}`
       )
     }
-    if (others > 0) lines.push(`    columns more_${others}`)
     lines.push("  }")
   }
-  lines.push("```", "", "| table | what it holds |", "| --- | --- |")
-  for (const table of tables) {
-    lines.push(`| \`crm.${table.table}\` | ${table.comment.replace(/\|/g, "\\|")} |`)
-  }
+  lines.push("```")
   return lines.join("\n")
 }
 
