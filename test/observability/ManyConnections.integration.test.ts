@@ -220,6 +220,14 @@ layer(World, { timeout: 180_000, excludeTestServices: true })("300 connections",
       assert.include(page.body, "page 1 of 6")
       assert.include(page.body, "Pick a connection to see its jobs.")
 
+      // The charts follow the jobs, minutes and slots, not the 300 connections.
+      const glance = page.body.slice(page.body.indexOf('<section id="glance">'), page.body.indexOf("</section>"))
+      assert.include(glance, "chart-runs")
+      assert.notMatch(glance, /firm-\d{3}/, "no chart per connection")
+      const ticks = [...glance.matchAll(/class="tick tick-/g)].length
+      assert.isAbove(ticks, 0)
+      assert.isAtMost(ticks, 6 * 144, "six jobs, a tick per 10-minute slot at most")
+
       const last = yield* get("/?page=6")
       assert.deepStrictEqual(listedOnPage(last.body), order.slice(250))
       assert.include(last.body, "page 6 of 6")
@@ -294,6 +302,18 @@ layer(World, { timeout: 180_000, excludeTestServices: true })("300 connections",
       const unknown = yield* cli(["status", "--connection", "nobody"], url)
       assert.strictEqual(unknown.code, 2)
       assert.include(unknown.stderr, "no connection named nobody in this config")
+
+      // 300 token buckets: the page charts the six fullest.
+      const sql = yield* SqlClient
+      yield* sql`
+        INSERT INTO crm_sync.rate_windows (bucket, scope, request_limit, window_ms, window_start, used)
+        SELECT 'token:' || c.name, 'token', 1000, 3600000, now() - interval '10 minutes', c.n
+        FROM unnest(${ALL}::text[]) WITH ORDINALITY AS c(name, n)`
+      yield* reportAfter(Date.now())
+      const charted = (yield* get("/")).body
+      assert.strictEqual([...charted.matchAll(/class="chart chart-budget"/g)].length, 6)
+      assert.include(charted, 'data-bucket="token:firm-300"')
+      assert.include(charted, "The 6 fullest of 300 buckets.")
     })
   )
 })

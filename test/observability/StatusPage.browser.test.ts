@@ -1,11 +1,12 @@
 /**
  * The status page in a real browser (Debian's Chromium, driven by playwright-core) against a
  * running daemon syncing the sandbox: it loads without console errors, leads with the connections'
- * summary, and shows every warehouse
- * resource, a budget bar, the inbox counts, a dead delivery with its reason and a refused write
- * under the name of the record it would create — an HTML-looking name, which renders as text,
- * never as markup. The screenshot is written to
- * `test-results/status-page.png`. `.ci/run` installs Chromium (`apt-get install chromium`);
+ * summary, draws its charts with data (a bucket's requests per minute against its limit, the
+ * events received and applied, each resource's freshness, the day's runs as ticks), and shows
+ * every warehouse resource, a budget bar, the inbox counts, a dead delivery with its reason and a
+ * refused write under the name of the record it would create — an HTML-looking name, which
+ * renders as text, never as markup. Times read "3 min ago" with the exact time on hover. The
+ * screenshots are written to `test-results/status-page.png` (the page) and `status-page-charts.png` (the charts). `.ci/run` installs Chromium (`apt-get install chromium`);
  * `CHROMIUM_PATH` points elsewhere.
  */
 import { assert, layer } from "@effect/vitest"
@@ -58,6 +59,9 @@ layer(
       const authorized = { authorization: `Bearer ${TOKEN}` }
       yield* eventually("readiness", get(`${admin}/readyz`), (response) => response.status === 200)
       assert.strictEqual(yield* deliverPoison(`http://127.0.0.1:${port}`), 200, daemon.output().slice(-2000))
+      // And one that applies, for the events chart.
+      const task = JSON.stringify(eventFixture("task.created"))
+      assert.strictEqual(yield* deliverSigned(`http://127.0.0.1:${port}`, SECRET, "msg_status_page_ok", task), 200)
       // The firm queues a prospect with that name and no book: the CRM refuses it, for a person to see.
       const sql = yield* PgClient.make({ url: Redacted.make(url), maxConnections: 1 }).pipe(
         Effect.provide(Reactivity.layer)
@@ -74,6 +78,10 @@ layer(
           status.resources?.financial_accounts?.rows > 0 &&
           status.resources?.businesses?.rows > 0 &&
           status.inbox?.dead === 1 &&
+          status.inbox?.processed === 1 &&
+          status.last_jobs?.some(
+            (job: { job: string; status: string }) => job.job === "poll:businesses" && job.status === "succeeded"
+          ) &&
           (status.outbox?.needs_review ?? 0) + (status.outbox?.failed ?? 0) === 1
       )
 
@@ -95,6 +103,12 @@ layer(
       page.on("pageerror", (error) => problems.push(error.message))
       const response = yield* Effect.promise(() => page.goto(`${admin}/`, { waitUntil: "load" }))
       assert.strictEqual(response?.status(), 200)
+      // The picture first, so that a failure below leaves one to look at.
+      mkdirSync(OUTPUT, { recursive: true })
+      yield* Effect.promise(() => page.screenshot({ path: `${OUTPUT}status-page.png`, fullPage: true }))
+      assert.isTrue(existsSync(`${OUTPUT}status-page.png`))
+      // The charts alone, at the browser's scale, to look at closely.
+      yield* Effect.promise(() => page.locator("#glance").screenshot({ path: `${OUTPUT}status-page-charts.png` }))
 
       const text = yield* Effect.promise(() => page.locator("body").innerText())
       // The page leads with the connections' summary.
@@ -121,9 +135,31 @@ layer(
       )
       assert.deepStrictEqual(problems, [], "no console errors")
 
-      mkdirSync(OUTPUT, { recursive: true })
-      yield* Effect.promise(() => page.screenshot({ path: `${OUTPUT}status-page.png`, fullPage: true }))
-      assert.isTrue(existsSync(`${OUTPUT}status-page.png`))
+      // The charts, each drawn with data, with words beside the colours.
+      const count = (selector: string) => Effect.promise(() => page.locator(selector).count())
+      const textOf = (selector: string) => Effect.promise(() => page.locator(selector).innerText())
+      assert.isBelow(text.indexOf("AT A GLANCE"), text.indexOf("CONNECTIONS"), "the charts come first")
+      assert.isAtLeast(yield* count("figure.chart-budget"), 1, "a chart per bucket")
+      assert.isAtLeast(yield* count("figure.chart-budget rect.req"), 1, "requests per minute drawn")
+      const budget = yield* Effect.promise(() => page.locator("figure.chart-budget").first().innerHTML())
+      assert.match(budget, /limit [\d,]+/, "against the limit (a line, or a word when far above)")
+      assert.include(budget, "counted")
+      assert.isAtLeast(yield* count("figure.chart-events rect.received"), 1, "events received")
+      assert.isAtLeast(yield* count("figure.chart-events rect.applied"), 1, "events applied")
+      assert.strictEqual(yield* count("figure.chart-events polyline.lag"), 1, "their lag")
+      assert.isAtLeast(yield* count("figure.chart-freshness rect.fresh"), 1, "a freshness bar")
+      const freshness = yield* textOf("figure.chart-freshness")
+      assert.match(freshness, /businesses[\s\S]*(ok|due|late) · read .* ago by poll:businesses/)
+      assert.include(freshness, "on events")
+      assert.isAtLeast(yield* count("figure.chart-runs rect.tick"), 1, "run ticks")
+      assert.include(yield* textOf("figure.chart-runs"), "poll:businesses")
+      // "3 min ago", the exact time on hover.
+      const times = yield* count("time[title]")
+      assert.isAtLeast(times, 1)
+      assert.match(
+        (yield* Effect.promise(() => page.locator("time[title]").first().getAttribute("title"))) ?? "",
+        /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d/
+      )
     }).pipe(Effect.scoped)
   )
 })
