@@ -69,7 +69,8 @@ const clock = (ms: number) => isoOf(ms).slice(11, 16)
 const n = (value: number) => Math.round(value).toLocaleString("en-US")
 const px = (value: number) => String(Math.round(value * 10) / 10)
 /** A lag in seconds: tenths below ten seconds (a processing lag is often under one). */
-const lagWords = (seconds: number) => (seconds < 10 ? `${seconds.toFixed(1)} s` : formatDuration(seconds * 1000))
+const lagWords = (seconds: number) =>
+  seconds < 0.05 ? "< 0.1 s" : seconds < 10 ? `${seconds.toFixed(1)} s` : formatDuration(seconds * 1000)
 
 /** "3 min ago" (or "in 18 min") at `now` (epoch ms), with the exact time on hover; "never" for none. */
 export const timeAgo = (now: number, at: string | null): string => {

@@ -230,12 +230,11 @@ const listed = (report: StatusReport, view: PageView) => {
 
 const jobRows = (list: ReadonlyArray<ConnectionHealth>, now: string) =>
   list.flatMap((health) =>
-    health.jobs.map((job) => {
-      const since = secondsSince(now, job.last_success)
-      return `<tr><td>${e(job.job)}</td><td>${e(health.connection)}</td><td>${timeAgo(Date.parse(now), job.last_success)}</td>
-      <td class="n ${job.state}">${since === null ? "never" : age(since)}</td>
+    health.jobs.map(
+      (job) => `<tr><td>${e(job.job)}</td><td>${e(health.connection)}</td>
+      <td class="n ${job.state}">${timeAgo(Date.parse(now), job.last_success)}</td>
       <td class="n">${age(job.every_seconds)}</td><td class="${job.state}">${job.state}${job.last_error === null ? "" : `: ${e(job.last_error)}`}</td></tr>`
-    })
+    )
   )
 
 /** The connections' section: the filter, the table, the pager, and the listed connections' jobs when few. */
@@ -243,7 +242,7 @@ const connectionsSection = (report: StatusReport, details: StatusDetails, view: 
   const { list, page, pages } = listed(report, view)
   const jobs =
     list.length <= JOBS_SHOWN_UP_TO
-      ? `<h2>Jobs</h2>\n${table(["job", "connection", "last success", "age", "every", "state"], jobRows(list, details.now), "No scheduled job.")}`
+      ? `<h2>Jobs</h2>\n${table(["job", "connection", "last success", "every", "state"], jobRows(list, details.now), "No scheduled job.")}`
       : `<p class="muted">Pick a connection to see its jobs.</p>`
   return `<h2>Connections</h2>
 ${filterForm(view.connection)}
@@ -253,11 +252,13 @@ ${jobs}`
 }
 
 const resourceRows = (report: StatusReport, now: string) =>
-  Object.entries(report.resources).map(([name, resource]) => {
-    const since = secondsSince(now, resource.last_sync)
-    return `<tr><td>${e(name)}</td><td class="n">${resource.rows - resource.deleted}</td><td class="n">${resource.deleted}</td>
-      <td>${resource.last_sync === null ? "—" : timeAgo(Date.parse(now), resource.last_sync)}</td><td class="n">${since === null ? "—" : age(since)}</td><td>${e(resource.cursor)}</td></tr>`
-  })
+  Object.entries(report.resources).map(
+    ([
+      name,
+      resource
+    ]) => `<tr><td>${e(name)}</td><td class="n">${resource.rows - resource.deleted}</td><td class="n">${resource.deleted}</td>
+      <td class="n">${resource.last_sync === null ? "—" : timeAgo(Date.parse(now), resource.last_sync)}</td><td>${e(resource.cursor)}</td></tr>`
+  )
 
 /** The buckets, or with many the BUCKETS_SHOWN fullest, and a line saying how many are left out. */
 const shownBuckets = (report: StatusReport) => ({
@@ -323,7 +324,7 @@ ${alerts(view.connection === undefined ? report : forConnection(report, view.con
 ${glance(report, charts)}
 ${connectionsSection(report, details, view)}
 <h2>Warehouse</h2>
-${table(["resource", "rows", "deleted", "last write", "age", "cursor"], resourceRows(report, details.now), "No tables.")}
+${table(["resource", "rows", "deleted", "last write", "cursor"], resourceRows(report, details.now), "No tables.")}
 <h2>Rate budget</h2>
 ${table(["bucket", "scope", "used this window", "resets"], bucketRows(budget.buckets, now), "No request sent yet.")}
 ${budget.note}

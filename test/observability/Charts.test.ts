@@ -110,6 +110,14 @@ describe("eventsChart", () => {
     assert.include(svg, "max lag 5.9 s")
   })
 
+  it("tells a lag under a tenth of a second as such", () => {
+    const svg = eventsChart(
+      events({ max_lag: Array.from({ length: 60 }, (_, minute) => (minute > 51 ? 0.02 : null)) }),
+      NOW
+    )
+    assert.include(svg, "max lag &#60; 0.1 s")
+  })
+
   it("says when no event came in the hour", () => {
     const svg = eventsChart(events({ received: [], applied: [], max_lag: [] }), NOW)
     assert.include(svg, "no event received or applied in the last hour")
