@@ -86,23 +86,32 @@ export const freshness = (
   })
 }
 
-/** The window each charted bucket is in (or last was), with the connections drawing on it. */
+/**
+ * The window each charted bucket is in, with the connections drawing on it. A window already over
+ * (nothing sent since it reset: the next request opens the next one) is drawn as the hour up to
+ * now, with nothing counted; so every chart, and the requests read for it, ends within the last hour.
+ */
 const bucketWindows = (report: StatusReport, config: AppConfigShape, users: ReadonlyMap<string, string>) => {
   const drawing = new Map<string, Array<string>>()
   const windowOf = new Map<string, number>()
   for (const connection of config.connections) {
     for (const spec of bucketsFor(connection, { userId: users.get(connection.name) })) {
-      drawing.set(spec.key, [...(drawing.get(spec.key) ?? []), connection.name])
+      const names = drawing.get(spec.key) ?? []
+      names.push(connection.name)
+      drawing.set(spec.key, names)
       windowOf.set(spec.key, spec.windowMs)
     }
   }
   return fullest(report.buckets, BUCKETS_CHARTED).map((bucket) => {
     const window_ms = windowOf.get(bucket.bucket) ?? Duration.toMillis(defaultWindow)
+    const now = Date.parse(report.generated_at)
     const resets = bucket.resets_at === null ? null : Date.parse(bucket.resets_at)
+    const current = resets !== null && resets > now
     return {
       bucket,
       window_ms,
-      start: resets === null ? Date.parse(report.generated_at) - window_ms : resets - window_ms,
+      start: current ? resets - window_ms : now - window_ms,
+      used: current ? bucket.used : 0,
       connections: drawing.get(bucket.bucket) ?? []
     }
   })
@@ -133,7 +142,7 @@ export const statusCharts = Effect.fn("StatusCharts.read")(function* (report: St
       scope: window.bucket.scope,
       limit: window.bucket.limit,
       learned_limit: window.bucket.learned_limit,
-      used: window.bucket.used,
+      used: window.used,
       start: window.start,
       window_ms: window.window_ms,
       per_minute: Array.from(per_minute, (value) => value ?? 0)

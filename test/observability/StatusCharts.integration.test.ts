@@ -29,7 +29,9 @@ const seed = Effect.gen(function* () {
   yield* sql`
     INSERT INTO crm_sync.rate_windows (bucket, scope, request_limit, window_ms, window_start, used)
     VALUES ('token:firm', 'token', 1000, 3600000,
-            date_trunc('minute', now()) - interval '20 minutes' + interval '50 seconds', 150)`
+            date_trunc('minute', now()) - interval '20 minutes' + interval '50 seconds', 150),
+      -- a window over two hours ago: nothing sent since
+      ('company:firm', 'company', 10000, 3600000, now() - interval '3 hours', 9000)`
   // In the order the daemon writes them (a run's row is inserted when it starts).
   yield* sql`
     INSERT INTO crm_sync.job_runs (job, connection, status, started_at, finished_at, requests) VALUES
@@ -66,9 +68,15 @@ layer(World, { timeout: 60_000, excludeTestServices: true })("status charts' dat
 
       assert.deepStrictEqual(
         charts.buckets.map((bucket) => [bucket.bucket, bucket.used, bucket.limit]),
-        [["token:firm", 150, 1000]]
+        [
+          ["company:firm", 0, 10000],
+          ["token:firm", 150, 1000]
+        ]
       )
-      const [bucket] = charts.buckets
+      const [over, bucket] = charts.buckets
+      // The window that is over is drawn as the last hour, with the runs of that hour (its polls, its crawl).
+      assert.strictEqual(over!.start, Date.parse(report.generated_at) - 3_600_000)
+      assert.closeTo(sum(over!.per_minute), 135, 1e-9)
       // firm's polls (5 in the window's first minute, 40 in another) and crawl (90 over three
       // minutes, 30 each); not elsewhere's.
       assert.closeTo(sum(bucket!.per_minute), 135, 1e-9)
