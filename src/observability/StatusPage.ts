@@ -115,7 +115,7 @@ code{background:#eceef2;padding:1px 4px;border-radius:4px}.muted{color:#6b7385}
 .filter{margin:0 0 8px}.filter input{font:inherit;padding:2px 6px}.pager{margin:4px 0 12px}
 .alert{background:#fff1f0;border:1px solid #f5c2c0;padding:8px 12px;margin:8px 0;border-radius:6px}
 time{text-decoration:underline dotted #8c959f}.charts{display:flex;flex-wrap:wrap;gap:12px}
-figure.chart{margin:0 0 12px;background:#fff;border:1px solid #dde1e8;border-radius:6px;padding:8px 10px}
+figure.chart{margin:0 0 12px;background:#fff;border:1px solid #dde1e8;border-radius:6px;padding:8px 10px;width:fit-content;max-width:100%}
 figure.chart figcaption{margin:0 0 4px}figure.chart svg{display:block;font:11px system-ui,sans-serif}
 svg text{fill:#1d2430}svg text.axis,svg text.muted{fill:#6b7385}svg text.label{font-weight:600}
 .legend{white-space:nowrap;margin-left:8px}figure.chart .legend svg{display:inline-block;vertical-align:baseline}`
