@@ -19,6 +19,7 @@ import { SqlClient } from "effect/sql/SqlClient"
 import { timingSafeEqual } from "node:crypto"
 import { AppConfig } from "../config/AppConfig.ts"
 import { HealthRoutes } from "./Health.ts"
+import { StatusCharts } from "./StatusCharts.ts"
 import { renderStatusPage, statusDetails } from "./StatusPage.ts"
 import { queryOf, StatusRoute, StatusSnapshot, unknownConnection } from "./StatusReport.ts"
 
@@ -71,6 +72,7 @@ const pageNumber = (text: string | null) => {
 const StatusPageRoute = HttpRouter.use(
   Effect.fnUntraced(function* (router) {
     const snapshot = yield* StatusSnapshot
+    const charts = yield* StatusCharts
     const sql = yield* SqlClient
     yield* router.add(
       "GET",
@@ -83,8 +85,9 @@ const StatusPageRoute = HttpRouter.use(
           return unknownConnection(connection)
         }
         const details = yield* statusDetails(connection)
+        const drawn = yield* charts.of(report)
         return HttpServerResponse.html(
-          renderStatusPage(report, details, { connection, page: pageNumber(query.get("page")) })
+          renderStatusPage(report, details, { connection, page: pageNumber(query.get("page")) }, drawn ?? undefined)
         )
       }).pipe(
         Effect.provideService(SqlClient, sql),
@@ -97,7 +100,9 @@ const StatusPageRoute = HttpRouter.use(
 /** Every admin route, and the token check when `admin_token` is set. */
 export const AdminRoutes = Layer.unwrap(
   Effect.map(AppConfig, (config) => {
-    const routes = Layer.mergeAll(HealthRoutes, StatusRoute, StatusPageRoute).pipe(Layer.provide(StatusSnapshot.layer))
+    const routes = Layer.mergeAll(HealthRoutes, StatusRoute, StatusPageRoute).pipe(
+      Layer.provide(Layer.mergeAll(StatusSnapshot.layer, StatusCharts.layer))
+    )
     const open = new Set(config.open_metrics ? [...PROBES, "/metrics"] : PROBES)
     return config.admin_token === undefined ? routes : Layer.mergeAll(routes, requireToken(config.admin_token, open))
   })

@@ -6,16 +6,21 @@
  * jobs with their last success and whether it is overdue, the
  * warehouse's rows, the rate budget's buckets as bars, the inbox and outbox with the age of their
  * oldest waiting item, what needs a person (dead deliveries, refused writes, connections to
- * re-authorize) with the command that retries it, and the latest job runs. No script, no build
- * step: it refreshes itself every 15 seconds. Everything that comes from the CRM or the database
- * is escaped, since names and error messages are user data.
+ * re-authorize) with the command that retries it, and the latest job runs. Above them, "at a
+ * glance", the charts (Charts.ts, inline SVG): the fullest buckets' requests this window, webhook
+ * events per minute with their lag, each resource's freshness and a day of job runs. Times read
+ * "3 min ago", the exact time on hover. No script, no build step: it refreshes itself every 15
+ * seconds. Everything that comes from the CRM or the database is escaped, since names and error
+ * messages are user data.
  */
 import * as Effect from "effect/Effect"
 import { SqlClient } from "effect/sql/SqlClient"
 import { oldestWaitingRow, rowsNeedingAPerson } from "../outbound/Outbox.ts"
 import { recentRuns } from "../sync/JobRuns.ts"
 import { deadDeliveries, oldestWaitingDelivery } from "../webhooks/WebhookInbox.ts"
+import { bucketChart, escapeHtml, eventsChart, freshnessChart, runsChart, timeAgo } from "./Charts.ts"
 import type { ConnectionHealth } from "./ConnectionHealth.ts"
+import { BUCKETS_CHARTED, type ChartData, fullest } from "./StatusCharts.ts"
 import { forConnection, gapLines, refusalLines, type StatusReport } from "./StatusReport.ts"
 import { formatDuration } from "./Text.ts"
 
@@ -85,8 +90,7 @@ export const statusDetails = Effect.fn("StatusPage.details")(function* (connecti
   } satisfies StatusDetails
 })
 
-/** Text safe inside HTML elements and attribute values. */
-export const escapeHtml = (text: string): string => text.replace(/[&<>"']/g, (char) => `&#${char.charCodeAt(0)};`)
+export { escapeHtml }
 
 const e = (value: string | number | null | undefined) =>
   value === null || value === undefined ? "—" : escapeHtml(String(value))
@@ -109,7 +113,12 @@ th{background:#f0f2f5;font-weight:600}td.n{text-align:right;font-variant-numeric
 code{background:#eceef2;padding:1px 4px;border-radius:4px}.muted{color:#6b7385}
 .summary{font-size:16px;background:#fff;border:1px solid #dde1e8;padding:10px 14px;border-radius:6px;display:inline-block}
 .filter{margin:0 0 8px}.filter input{font:inherit;padding:2px 6px}.pager{margin:4px 0 12px}
-.alert{background:#fff1f0;border:1px solid #f5c2c0;padding:8px 12px;margin:8px 0;border-radius:6px}`
+.alert{background:#fff1f0;border:1px solid #f5c2c0;padding:8px 12px;margin:8px 0;border-radius:6px}
+time{text-decoration:underline dotted #8c959f}.charts{display:flex;flex-wrap:wrap;gap:12px}
+figure.chart{margin:0 0 12px;background:#fff;border:1px solid #dde1e8;border-radius:6px;padding:8px 10px;width:fit-content;max-width:100%}
+figure.chart figcaption{margin:0 0 4px}figure.chart svg{display:block;font:11px system-ui,sans-serif}
+svg text{fill:#1d2430}svg text.axis,svg text.muted{fill:#6b7385}svg text.label{font-weight:600}
+.legend{white-space:nowrap;margin-left:8px}figure.chart .legend svg{display:inline-block;vertical-align:baseline}`
 
 const table = (head: ReadonlyArray<string>, rows: ReadonlyArray<string>, empty: string) =>
   rows.length === 0
@@ -194,7 +203,7 @@ const connectionRows = (list: ReadonlyArray<ConnectionHealth>, now: string) =>
   list.map((health) => {
     const since = secondsSince(now, health.last_success)
     return `<tr><td>${connectionLink(health.connection)}</td><td class="${STATE_CLASSES[health.state]}">${STATE_LABELS[health.state]}</td>
-      <td>${health.reasons.map((reason) => e(reason)).join("<br>") || "—"}</td><td class="n">${since === null ? "never" : `${age(since)} ago`}</td></tr>`
+      <td>${health.reasons.map((reason) => e(reason)).join("<br>") || "—"}</td><td class="n">${since === null ? "never" : timeAgo(Date.parse(now), health.last_success)}</td></tr>`
   })
 
 /** "« previous · page 2 of 6 · next »", links where there is somewhere to go. */
@@ -221,12 +230,11 @@ const listed = (report: StatusReport, view: PageView) => {
 
 const jobRows = (list: ReadonlyArray<ConnectionHealth>, now: string) =>
   list.flatMap((health) =>
-    health.jobs.map((job) => {
-      const since = secondsSince(now, job.last_success)
-      return `<tr><td>${e(job.job)}</td><td>${e(health.connection)}</td><td>${e(job.last_success)}</td>
-      <td class="n ${job.state}">${since === null ? "never" : age(since)}</td>
+    health.jobs.map(
+      (job) => `<tr><td>${e(job.job)}</td><td>${e(health.connection)}</td>
+      <td class="n ${job.state}">${timeAgo(Date.parse(now), job.last_success)}</td>
       <td class="n">${age(job.every_seconds)}</td><td class="${job.state}">${job.state}${job.last_error === null ? "" : `: ${e(job.last_error)}`}</td></tr>`
-    })
+    )
   )
 
 /** The connections' section: the filter, the table, the pager, and the listed connections' jobs when few. */
@@ -234,7 +242,7 @@ const connectionsSection = (report: StatusReport, details: StatusDetails, view: 
   const { list, page, pages } = listed(report, view)
   const jobs =
     list.length <= JOBS_SHOWN_UP_TO
-      ? `<h2>Jobs</h2>\n${table(["job", "connection", "last success", "age", "every", "state"], jobRows(list, details.now), "No scheduled job.")}`
+      ? `<h2>Jobs</h2>\n${table(["job", "connection", "last success", "every", "state"], jobRows(list, details.now), "No scheduled job.")}`
       : `<p class="muted">Pick a connection to see its jobs.</p>`
   return `<h2>Connections</h2>
 ${filterForm(view.connection)}
@@ -244,39 +252,66 @@ ${jobs}`
 }
 
 const resourceRows = (report: StatusReport, now: string) =>
-  Object.entries(report.resources).map(([name, resource]) => {
-    const since = secondsSince(now, resource.last_sync)
-    return `<tr><td>${e(name)}</td><td class="n">${resource.rows - resource.deleted}</td><td class="n">${resource.deleted}</td>
-      <td>${e(resource.last_sync)}</td><td class="n">${since === null ? "—" : age(since)}</td><td>${e(resource.cursor)}</td></tr>`
-  })
-
-const fullness = (bucket: StatusReport["buckets"][number]) => (bucket.limit > 0 ? bucket.used / bucket.limit : 0)
+  Object.entries(report.resources).map(
+    ([
+      name,
+      resource
+    ]) => `<tr><td>${e(name)}</td><td class="n">${resource.rows - resource.deleted}</td><td class="n">${resource.deleted}</td>
+      <td class="n">${resource.last_sync === null ? "—" : timeAgo(Date.parse(now), resource.last_sync)}</td><td>${e(resource.cursor)}</td></tr>`
+  )
 
 /** The buckets, or with many the BUCKETS_SHOWN fullest, and a line saying how many are left out. */
-const shownBuckets = (report: StatusReport) => {
-  if (report.buckets.length <= BUCKETS_SHOWN) return { buckets: report.buckets, note: "" }
-  return {
-    buckets: report.buckets.toSorted((a, b) => fullness(b) - fullness(a)).slice(0, BUCKETS_SHOWN),
-    note: `<p class="muted">The ${BUCKETS_SHOWN} fullest of ${report.buckets.length} buckets; <code>/status</code> has every one.</p>`
-  }
-}
+const shownBuckets = (report: StatusReport) => ({
+  buckets: fullest(report.buckets, BUCKETS_SHOWN),
+  note:
+    report.buckets.length <= BUCKETS_SHOWN
+      ? ""
+      : `<p class="muted">The ${BUCKETS_SHOWN} fullest of ${report.buckets.length} buckets; <code>/status</code> has every one.</p>`
+})
 
-const bucketRows = (buckets: StatusReport["buckets"]) =>
+const bucketRows = (buckets: StatusReport["buckets"], now: number) =>
   buckets.map((bucket) => {
     const share = bucket.limit > 0 ? Math.min(1, bucket.used / bucket.limit) : 0
     const blocked =
-      (bucket.blocked_until === null ? "" : ` <span class="bad">blocked until ${e(bucket.blocked_until)}</span>`) +
+      (bucket.blocked_until === null
+        ? ""
+        : ` <span class="bad">blocked until ${timeAgo(now, bucket.blocked_until)}</span>`) +
       (bucket.learned_limit === null
         ? ""
         : ` <span class="warn">learned ceiling ${e(bucket.learned_limit)}: other consumers use the rest</span>`)
     return `<tr><td>${e(bucket.bucket)}</td><td>${e(bucket.scope)}</td>
       <td><span class="bar" title="${e(bucket.used)} of ${e(bucket.limit)}"><span class="${share >= 0.9 ? "hot" : ""}" style="width:${Math.round(share * 100)}%"></span></span>
-      ${bucket.used} / ${bucket.limit}${blocked}</td><td>${e(bucket.resets_at)}</td></tr>`
+      ${bucket.used} / ${bucket.limit}${blocked}</td><td>${bucket.resets_at === null ? "—" : timeAgo(now, bucket.resets_at)}</td></tr>`
   })
 
-/** The whole page. */
-export const renderStatusPage = (report: StatusReport, details: StatusDetails, view: PageView = {}): string => {
-  const waiting = (at: string | null) => (at === null ? "" : ` — oldest waiting ${age(secondsSince(details.now, at)!)}`)
+/** The charts, the operator's first look: budget, events, freshness, runs. */
+const glance = (report: StatusReport, charts: ChartData | undefined) => {
+  if (charts === undefined) return ""
+  const more =
+    report.buckets.length > BUCKETS_CHARTED
+      ? `<p class="muted">The ${BUCKETS_CHARTED} fullest of ${report.buckets.length} buckets.</p>`
+      : ""
+  const budget =
+    charts.buckets.length === 0
+      ? `<p class="muted">Rate budget: no request sent yet.</p>`
+      : `<div class="charts">${charts.buckets.map((bucket) => bucketChart(bucket, charts.now)).join("")}</div>${more}`
+  return `<section id="glance"><h2>At a glance</h2>
+<p class="muted">Requests per minute are each finished job run's requests spread over the minutes it ran; the budget's own count (◆) also holds running jobs, webhook reads and writes.</p>
+${budget}
+${eventsChart(charts.events, charts.now)}
+${freshnessChart(charts.freshness, charts.now)}
+${runsChart(charts.runs, charts.now)}</section>`
+}
+
+/** The whole page; `charts`: the snapshot's charts, drawn at the top when there are any. */
+export const renderStatusPage = (
+  report: StatusReport,
+  details: StatusDetails,
+  view: PageView = {},
+  charts?: ChartData
+): string => {
+  const now = Date.parse(details.now)
+  const waiting = (at: string | null) => (at === null ? "" : ` — the oldest waiting arrived ${timeAgo(now, at)}`)
   const budget = shownBuckets(report)
   return `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="15">
@@ -286,11 +321,12 @@ export const renderStatusPage = (report: StatusReport, details: StatusDetails, v
 <p class="muted">database ${e(report.database.kind)} · as of ${e(details.now)} · refreshes every 15 s</p>
 ${summaryBlock(report)}
 ${alerts(view.connection === undefined ? report : forConnection(report, view.connection)).join("\n")}
+${glance(report, charts)}
 ${connectionsSection(report, details, view)}
 <h2>Warehouse</h2>
-${table(["resource", "rows", "deleted", "last write", "age", "cursor"], resourceRows(report, details.now), "No tables.")}
+${table(["resource", "rows", "deleted", "last write", "cursor"], resourceRows(report, details.now), "No tables.")}
 <h2>Rate budget</h2>
-${table(["bucket", "scope", "used this window", "resets"], bucketRows(budget.buckets), "No request sent yet.")}
+${table(["bucket", "scope", "used this window", "resets"], bucketRows(budget.buckets, now), "No request sent yet.")}
 ${budget.note}
 <h2>Inbox and outbox</h2>
 <p>Webhook inbox: ${byStatus(report.inbox)}${waiting(details.oldest_inbox_waiting)}</p>
@@ -320,7 +356,7 @@ ${table(
 ${table(
   ["job", "connection", "started", "took", "outcome"],
   details.runs.map(
-    (run) => `<tr><td>${e(run.job)}</td><td>${e(run.connection)}</td><td>${e(run.started_at)}</td>
+    (run) => `<tr><td>${e(run.job)}</td><td>${e(run.connection)}</td><td>${timeAgo(now, run.started_at)}</td>
       <td class="n">${run.seconds === null ? "running" : age(run.seconds)}</td>
       <td class="${run.status === "failed" ? "failed" : run.status === "succeeded" ? "ok" : ""}">${e(run.status)}${run.error === null ? "" : `: ${e(run.error)}`}</td></tr>`
   ),

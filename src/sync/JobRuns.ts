@@ -416,3 +416,61 @@ export const averagePollRequests = (job: string, connections: ReadonlyArray<stri
       WHERE n <= 20 GROUP BY connection`
     return new Map(rows.map((row) => [row.connection, row.avg]))
   })
+
+/** The id below which every run started before `since` (ISO): a range of the primary key, found from its newest end. */
+const startedFrom = (sql: SqlClient, since: string) =>
+  sql`COALESCE((SELECT o.id FROM crm_sync.job_runs o WHERE o.started_at < ${since}::timestamptz
+                ORDER BY o.id DESC LIMIT 1), 0)`
+
+/**
+ * Requests per minute since `since` (ISO) for each key (a rate bucket) of `pairs`, summed over the
+ * connections drawing on it. Requests are not recorded per minute: each finished run's requests
+ * are spread evenly over the minutes it ran (a poll's few in its minute, a crawl's over its
+ * length). Runs that started a day or more before `since` are not read.
+ */
+export const requestsPerMinute = (
+  pairs: ReadonlyArray<{ readonly connection: string; readonly key: string }>,
+  since: string
+) =>
+  Effect.gen(function* () {
+    if (pairs.length === 0) return []
+    const sql = yield* SqlClient
+    const from = new Date(Date.parse(since) - 86_400_000).toISOString()
+    return yield* sql<{ key: string; minute: Date; requests: number }>`
+      WITH pairs AS (
+        SELECT * FROM unnest(${pairs.map((pair) => pair.connection)}::text[], ${pairs.map((pair) => pair.key)}::text[])
+          AS p(connection, key)
+      ),
+      runs AS (
+        SELECT r.connection, r.requests, date_trunc('minute', r.started_at) AS first_minute,
+               date_trunc('minute', r.finished_at) AS last_minute
+        FROM crm_sync.job_runs r
+        WHERE r.id > ${startedFrom(sql, from)} AND r.finished_at >= ${since}::timestamptz AND r.requests > 0
+      ),
+      spread AS (
+        SELECT r.connection, m.minute,
+               r.requests::float8 / (extract(epoch FROM r.last_minute - r.first_minute) / 60 + 1) AS requests
+        FROM runs r
+        CROSS JOIN LATERAL generate_series(r.first_minute, r.last_minute, interval '1 minute') AS m(minute)
+      )
+      SELECT p.key, s.minute, sum(s.requests)::float8 AS requests
+      FROM spread s JOIN pairs p ON p.connection = s.connection
+      WHERE s.minute >= date_trunc('minute', ${since}::timestamptz)
+      GROUP BY p.key, s.minute`
+  })
+
+/**
+ * Runs started since `since` (ISO) per job, in slots of `slotMs` counted from the epoch (slot
+ * `n` starts at `n * slotMs`), by status: what the status page draws as a day of ticks. The rows
+ * follow the jobs and slots, not the connections.
+ */
+export const runsPerSlot = (since: string, slotMs: number) =>
+  Effect.gen(function* () {
+    const sql = yield* SqlClient
+    return yield* sql<{ job: string; slot: number; status: string; n: number }>`
+      SELECT job, floor(extract(epoch FROM started_at) * 1000 / ${slotMs})::float8 AS slot, status,
+             count(*)::int AS n
+      FROM crm_sync.job_runs
+      WHERE id > ${startedFrom(sql, since)} AND started_at >= ${since}::timestamptz
+      GROUP BY job, 2, status`
+  })

@@ -427,3 +427,36 @@ export const receivedLastDay = (eventType: string) =>
       WHERE event_type = ${eventType} AND received_at > now() - interval '24 hours'`
     return row?.n ?? 0
   })
+
+/**
+ * Per minute since `since` (ISO): deliveries received, deliveries applied (processed, or set aside
+ * as an event crm-sync does not handle) and the longest time from receipt to applied of those.
+ * Every delivery received since then is either done since then (the `processed_at` index) or
+ * still waiting or dead (small, indexed sets), so the inbox's history is not scanned.
+ */
+export const eventsPerMinute = (since: string) =>
+  Effect.gen(function* () {
+    const sql = yield* SqlClient
+    return yield* sql<{ minute: Date; received: number; applied: number; max_lag: number | null }>`
+      WITH recent AS (
+        SELECT received_at, processed_at FROM crm_sync.webhook_inbox
+        WHERE status IN ('processed', 'unhandled') AND processed_at >= ${since}::timestamptz
+        UNION ALL
+        SELECT received_at, NULL FROM crm_sync.webhook_inbox
+        WHERE status IN ('pending', 'failed') AND received_at >= ${since}::timestamptz
+        UNION ALL
+        SELECT received_at, NULL FROM crm_sync.webhook_inbox
+        WHERE status = 'dead' AND received_at >= ${since}::timestamptz
+      ),
+      received AS (
+        SELECT date_trunc('minute', received_at) AS minute, count(*)::int AS n FROM recent
+        WHERE received_at >= ${since}::timestamptz GROUP BY 1
+      ),
+      applied AS (
+        SELECT date_trunc('minute', processed_at) AS minute, count(*)::int AS n,
+               max(extract(epoch FROM processed_at - received_at))::float8 AS max_lag
+        FROM recent WHERE processed_at IS NOT NULL GROUP BY 1
+      )
+      SELECT minute, COALESCE(r.n, 0)::int AS received, COALESCE(a.n, 0)::int AS applied, a.max_lag
+      FROM received r FULL JOIN applied a USING (minute) ORDER BY minute`
+  })

@@ -161,139 +161,171 @@ const EXPECTED_SUMMARY = {
 }
 
 layer(World, { timeout: 180_000, excludeTestServices: true })("300 connections", (it) => {
-  it.effect("/status, the page and `status` lead with the summary, list the unhealthy first, and narrow to one", () =>
-    Effect.gen(function* () {
-      yield* seed
-      const seeded = Date.now()
-      assert.deepStrictEqual(yield* get("/readyz"), { status: 200, body: "ok\n" })
+  it.effect(
+    "/status, the page and `status` lead with the summary, list the unhealthy first, and narrow to one",
+    () =>
+      Effect.gen(function* () {
+        yield* seed
+        const seeded = Date.now()
+        assert.deepStrictEqual(yield* get("/readyz"), { status: 200, body: "ok\n" })
 
-      // /status: the summary and the order (worst first, then by name). Served from a snapshot of
-      // at most 5 s, remade in the background: a report made after the seed comes.
-      const status = yield* reportAfter(seeded)
-      assert.deepStrictEqual(status.summary, EXPECTED_SUMMARY)
-      const order: Array<string> = status.connection_health.map((health: { connection: string }) => health.connection)
-      assert.deepStrictEqual(order, [...REAUTH, ...FAILING, ...LATE, ...NOT_SYNCED, ...HEALTHY])
-      const failing = status.connection_health.find(
-        (health: { connection: string }) => health.connection === "firm-280"
-      )
-      assert.strictEqual(failing.state, "failing")
-      assert.deepStrictEqual(failing.reasons, [
-        `crawl:financial_accounts failed 2 times since its last success: ${ERROR}`
-      ])
-      const late = status.connection_health.find((health: { connection: string }) => health.connection === "firm-250")
-      assert.match(late.reasons[0], /^poll:businesses last succeeded 1 h \d+ min ago \(every 5 min\)$/)
-      const longLate = status.connection_health.find(
-        (health: { connection: string }) => health.connection === "firm-270"
-      )
-      assert.match(longLate.reasons[0], /^poll:businesses last succeeded 3 d\b.* ago \(every 5 min\)$/)
+        // /status: the summary and the order (worst first, then by name). Served from a snapshot of
+        // at most 5 s, remade in the background: a report made after the seed comes.
+        const status = yield* reportAfter(seeded)
+        assert.deepStrictEqual(status.summary, EXPECTED_SUMMARY)
+        const order: Array<string> = status.connection_health.map((health: { connection: string }) => health.connection)
+        assert.deepStrictEqual(order, [...REAUTH, ...FAILING, ...LATE, ...NOT_SYNCED, ...HEALTHY])
+        const failing = status.connection_health.find(
+          (health: { connection: string }) => health.connection === "firm-280"
+        )
+        assert.strictEqual(failing.state, "failing")
+        assert.deepStrictEqual(failing.reasons, [
+          `crawl:financial_accounts failed 2 times since its last success: ${ERROR}`
+        ])
+        const late = status.connection_health.find((health: { connection: string }) => health.connection === "firm-250")
+        assert.match(late.reasons[0], /^poll:businesses last succeeded 1 h \d+ min ago \(every 5 min\)$/)
+        const longLate = status.connection_health.find(
+          (health: { connection: string }) => health.connection === "firm-270"
+        )
+        assert.match(longLate.reasons[0], /^poll:businesses last succeeded 3 d\b.* ago \(every 5 min\)$/)
 
-      const narrowed = JSON.parse((yield* get("/status?connection=firm-250")).body)
-      assert.deepStrictEqual(narrowed.summary, EXPECTED_SUMMARY, "the summary stays whole")
-      assert.deepStrictEqual(
-        narrowed.connection_health.map((health: { connection: string; state: string }) => [
-          health.connection,
-          health.state
-        ]),
-        [["firm-250", "late"]]
-      )
-      assert.strictEqual((yield* get("/status?connection=nobody")).status, 404)
+        const narrowed = JSON.parse((yield* get("/status?connection=firm-250")).body)
+        assert.deepStrictEqual(narrowed.summary, EXPECTED_SUMMARY, "the summary stays whole")
+        assert.deepStrictEqual(
+          narrowed.connection_health.map((health: { connection: string; state: string }) => [
+            health.connection,
+            health.state
+          ]),
+          [["firm-250", "late"]]
+        )
+        assert.strictEqual((yield* get("/status?connection=nobody")).status, 404)
 
-      // The page: the summary first, then page 1 of 6, the unhealthy first.
-      const page = yield* get("/")
-      assert.strictEqual(page.status, 200)
-      const summary = page.body.slice(
-        page.body.indexOf('id="summary"'),
-        page.body.indexOf("</p>", page.body.indexOf('id="summary"'))
-      )
-      for (const part of [
-        "300</b> connection(s)",
-        "235</b> healthy",
-        "30</b> late",
-        "20</b> failing",
-        "10</b> needing re-authorization",
-        "5</b> not synced yet"
-      ]) {
-        assert.include(summary, part)
-      }
-      assert.isBelow(page.body.indexOf('id="summary"'), page.body.indexOf("<h2>Connections</h2>"), "the summary leads")
-      assert.deepStrictEqual(listedOnPage(page.body), order.slice(0, 50))
-      assert.include(page.body, "page 1 of 6")
-      assert.include(page.body, "Pick a connection to see its jobs.")
+        // The page: the summary first, then page 1 of 6, the unhealthy first.
+        const page = yield* get("/")
+        assert.strictEqual(page.status, 200)
+        const summary = page.body.slice(
+          page.body.indexOf('id="summary"'),
+          page.body.indexOf("</p>", page.body.indexOf('id="summary"'))
+        )
+        for (const part of [
+          "300</b> connection(s)",
+          "235</b> healthy",
+          "30</b> late",
+          "20</b> failing",
+          "10</b> needing re-authorization",
+          "5</b> not synced yet"
+        ]) {
+          assert.include(summary, part)
+        }
+        assert.isBelow(
+          page.body.indexOf('id="summary"'),
+          page.body.indexOf("<h2>Connections</h2>"),
+          "the summary leads"
+        )
+        assert.deepStrictEqual(listedOnPage(page.body), order.slice(0, 50))
+        assert.include(page.body, "page 1 of 6")
+        assert.include(page.body, "Pick a connection to see its jobs.")
 
-      const last = yield* get("/?page=6")
-      assert.deepStrictEqual(listedOnPage(last.body), order.slice(250))
-      assert.include(last.body, "page 6 of 6")
+        // The charts follow the jobs, minutes and slots, not the 300 connections.
+        const glance = page.body.slice(page.body.indexOf('<section id="glance">'), page.body.indexOf("</section>"))
+        assert.include(glance, "chart-runs")
+        assert.notMatch(glance, /firm-\d{3}/, "no chart per connection")
+        const ticks = [...glance.matchAll(/class="tick tick-/g)].length
+        assert.isAbove(ticks, 0)
+        assert.isAtMost(ticks, 6 * 144, "six jobs, a tick per 10-minute slot at most")
 
-      // One connection: its row, its jobs (the failed crawl with its error), its runs only.
-      const one = yield* get("/?connection=firm-280")
-      assert.strictEqual(one.status, 200)
-      assert.deepStrictEqual(listedOnPage(one.body), ["firm-280"])
-      assert.include(one.body, "<h2>Jobs</h2>")
-      assert.match(
-        one.body,
-        /<td>crawl:financial_accounts<\/td><td>firm-280<\/td>[\s\S]*?<td class="failed">failed: crawl of financial_accounts: the CRM answered 503/
-      )
-      const runs = one.body.slice(one.body.indexOf("<h2>Latest runs of firm-280</h2>"))
-      assert.include(runs, "firm-280")
-      assert.notMatch(runs, /firm-(?!280)\d{3}/, "only firm-280's runs")
-      assert.strictEqual((yield* get("/?connection=nobody")).status, 404)
+        const last = yield* get("/?page=6")
+        assert.deepStrictEqual(listedOnPage(last.body), order.slice(250))
+        assert.include(last.body, "page 6 of 6")
 
-      // `crm-sync status`: the summary and only the connections that are not healthy.
-      const url = yield* databaseUrl
-      const text = yield* cli(["status"], url)
-      assert.strictEqual(text.code, 0, text.stderr.slice(-2000))
-      assert.include(
-        text.stdout,
-        "health      300 connections: 235 healthy, 30 late, 20 failing, 10 needing re-authorization, 5 not synced yet\n"
-      )
-      assert.include(text.stdout, `reauth      firm-291: the CRM refused its grant: run crm-sync connect firm-291\n`)
-      assert.include(
-        text.stdout,
-        `failing     firm-280: crawl:financial_accounts failed 2 times since its last success: ${ERROR}\n`
-      )
-      assert.include(text.stdout, "connections 235 healthy not listed: crm-sync status --connection NAME shows one\n")
-      assert.notInclude(text.stdout, "firm-001")
+        // One connection: its row, its jobs (the failed crawl with its error), its runs only.
+        const one = yield* get("/?connection=firm-280")
+        assert.strictEqual(one.status, 200)
+        assert.deepStrictEqual(listedOnPage(one.body), ["firm-280"])
+        assert.include(one.body, "<h2>Jobs</h2>")
+        assert.match(
+          one.body,
+          /<td>crawl:financial_accounts<\/td><td>firm-280<\/td>[\s\S]*?<td class="failed">failed: crawl of financial_accounts: the CRM answered 503/
+        )
+        const runs = one.body.slice(one.body.indexOf("<h2>Latest runs of firm-280</h2>"))
+        assert.include(runs, "firm-280")
+        assert.notMatch(runs, /firm-(?!280)\d{3}/, "only firm-280's runs")
+        assert.strictEqual((yield* get("/?connection=nobody")).status, 404)
 
-      const oneText = yield* cli(["status", "--connection", "firm-280"], url)
-      assert.strictEqual(oneText.code, 0, oneText.stderr.slice(-2000))
-      assert.include(oneText.stdout, "connection  firm-280: https://crm.example.com/ (personal, egress default)\n")
-      assert.include(
-        oneText.stdout,
-        "health      1 connection: 0 healthy, 0 late, 1 failing, 0 needing re-authorization, 0 not synced yet\n"
-      )
-      assert.include(oneText.stdout, "job         crawl:financial_accounts (firm-280): failed")
-      assert.notMatch(oneText.stdout, /firm-(?!280)\d{3}/, "no other connection")
+        // `crm-sync status`: the summary and only the connections that are not healthy.
+        const url = yield* databaseUrl
+        const text = yield* cli(["status"], url)
+        assert.strictEqual(text.code, 0, text.stderr.slice(-2000))
+        assert.include(
+          text.stdout,
+          "health      300 connections: 235 healthy, 30 late, 20 failing, 10 needing re-authorization, 5 not synced yet\n"
+        )
+        assert.include(text.stdout, `reauth      firm-291: the CRM refused its grant: run crm-sync connect firm-291\n`)
+        assert.include(
+          text.stdout,
+          `failing     firm-280: crawl:financial_accounts failed 2 times since its last success: ${ERROR}\n`
+        )
+        assert.include(text.stdout, "connections 235 healthy not listed: crm-sync status --connection NAME shows one\n")
+        assert.notInclude(text.stdout, "firm-001")
 
-      const oneJson = yield* cli(["status", "--connection", "firm-001", "--json"], url)
-      assert.strictEqual(oneJson.code, 0, oneJson.stderr.slice(-2000))
-      const report = JSON.parse(oneJson.stdout)
-      assert.deepStrictEqual(report.summary, {
-        ...EXPECTED_SUMMARY,
-        connections: 1,
-        healthy: 1,
-        late: 0,
-        failing: 0,
-        needs_reauthorization: 0,
-        not_synced: 0
-      })
-      assert.deepStrictEqual(
-        report.connection_health.map((health: { connection: string; state: string }) => [
-          health.connection,
-          health.state
-        ]),
-        [["firm-001", "healthy"]]
-      )
-      assert.deepStrictEqual(
-        report.plan.map((plan: { connection: string }) => plan.connection),
-        ["firm-001"]
-      )
-      const poll = report.plan[0].demand.find((job: { job: string }) => job.job === "poll:businesses")
-      assert.strictEqual(poll.requests_per_run, (4 * 4 + 16 * 40) / 20, "the latest 20 polls: four of 4, sixteen of 40")
-      assert.isTrue(report.last_jobs.every((job: { connection: string }) => job.connection === "firm-001"))
+        const oneText = yield* cli(["status", "--connection", "firm-280"], url)
+        assert.strictEqual(oneText.code, 0, oneText.stderr.slice(-2000))
+        assert.include(oneText.stdout, "connection  firm-280: https://crm.example.com/ (personal, egress default)\n")
+        assert.include(
+          oneText.stdout,
+          "health      1 connection: 0 healthy, 0 late, 1 failing, 0 needing re-authorization, 0 not synced yet\n"
+        )
+        assert.include(oneText.stdout, "job         crawl:financial_accounts (firm-280): failed")
+        assert.notMatch(oneText.stdout, /firm-(?!280)\d{3}/, "no other connection")
 
-      const unknown = yield* cli(["status", "--connection", "nobody"], url)
-      assert.strictEqual(unknown.code, 2)
-      assert.include(unknown.stderr, "no connection named nobody in this config")
-    })
+        const oneJson = yield* cli(["status", "--connection", "firm-001", "--json"], url)
+        assert.strictEqual(oneJson.code, 0, oneJson.stderr.slice(-2000))
+        const report = JSON.parse(oneJson.stdout)
+        assert.deepStrictEqual(report.summary, {
+          ...EXPECTED_SUMMARY,
+          connections: 1,
+          healthy: 1,
+          late: 0,
+          failing: 0,
+          needs_reauthorization: 0,
+          not_synced: 0
+        })
+        assert.deepStrictEqual(
+          report.connection_health.map((health: { connection: string; state: string }) => [
+            health.connection,
+            health.state
+          ]),
+          [["firm-001", "healthy"]]
+        )
+        assert.deepStrictEqual(
+          report.plan.map((plan: { connection: string }) => plan.connection),
+          ["firm-001"]
+        )
+        const poll = report.plan[0].demand.find((job: { job: string }) => job.job === "poll:businesses")
+        assert.strictEqual(
+          poll.requests_per_run,
+          (4 * 4 + 16 * 40) / 20,
+          "the latest 20 polls: four of 4, sixteen of 40"
+        )
+        assert.isTrue(report.last_jobs.every((job: { connection: string }) => job.connection === "firm-001"))
+
+        const unknown = yield* cli(["status", "--connection", "nobody"], url)
+        assert.strictEqual(unknown.code, 2)
+        assert.include(unknown.stderr, "no connection named nobody in this config")
+
+        // 300 token buckets: the page charts the six fullest.
+        const sql = yield* SqlClient
+        yield* sql`
+        INSERT INTO crm_sync.rate_windows (bucket, scope, request_limit, window_ms, window_start, used)
+        SELECT 'token:' || c.name, 'token', 1000, 3600000, now() - interval '10 minutes', c.n
+        FROM unnest(${ALL}::text[]) WITH ORDINALITY AS c(name, n)`
+        yield* reportAfter(Date.now())
+        const charted = (yield* get("/")).body
+        assert.strictEqual([...charted.matchAll(/class="chart chart-budget"/g)].length, 6)
+        assert.include(charted, 'data-bucket="token:firm-300"')
+        assert.include(charted, "The 6 fullest of 300 buckets.")
+      }),
+    // Four `crm-sync` processes and three snapshots waited for: past the default minute on a busy machine.
+    120_000
   )
 })
