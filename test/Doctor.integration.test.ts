@@ -239,6 +239,35 @@ layer(Sandbox.layer(sandboxOptions), { timeout: 240_000, excludeTestServices: tr
     }).pipe(Effect.scoped)
   )
 
+  it.effect("a CRM that never answers: ✗ after the request's timeout, not after every retry", () =>
+    Effect.gen(function* () {
+      const { sandbox, env } = yield* personalSetup
+      // Each attempt would wait 60 s; the connection's request_timeout is 10 s, and doctor gives
+      // the call that and 5 s more: the second attempt is cut short.
+      yield* sandbox.admin.addFault({ kind: "latency", ms: 60_000, path: "/v1/me", times: 2 })
+      const dir = mkdtempSync(join(tmpdir(), "crm-sync-doctor-"))
+      yield* Effect.addFinalizer(() => Effect.sync(() => rmSync(dir, { recursive: true, force: true })))
+      const file = join(dir, "config.json")
+      writeFileSync(
+        file,
+        JSON.stringify({
+          connections: [
+            {
+              name: "default",
+              base_url: sandbox.baseUrl,
+              credential: "personal",
+              token: sandbox.credentials.personalAccessToken,
+              request_timeout: "10 seconds"
+            }
+          ]
+        })
+      )
+      const run = yield* cli(["doctor"], { ...env, CRM_BASE_URL: "", CRM_TOKEN: "", CRM_SYNC_CONFIG: file })
+      assert.strictEqual(run.code, 1)
+      assert.match(line(run, "✗", "crm (default)"), /no answer within 15 s; check base_url .* the firewall/)
+    }).pipe(Effect.scoped)
+  )
+
   it.effect("a signing secret of the wrong form: cut short, or without whsec_", () =>
     Effect.gen(function* () {
       const { env } = yield* personalSetup

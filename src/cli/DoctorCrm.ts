@@ -224,25 +224,48 @@ export const connectionChecks = (config: AppConfigShape, connection: Connection,
     const client = yield* CrmClient.make(connection.name)
     const checks: Array<Check> = []
     const sentAt = yield* Clock.currentTimeMillis
-    const probe = yield* client.probe().pipe(Effect.result)
+    // One attempt gets its whole request_timeout; retries beyond it (a firewall that drops
+    // packets would take five) and a budget with no permit to give are cut short.
+    const bound = Duration.sum(connection.request_timeout, Duration.seconds(5))
+    type Outcome =
+      | { readonly _tag: "answered"; readonly answer: Probe }
+      | { readonly _tag: "failed"; readonly error: CrmError }
+      | { readonly _tag: "silent" }
+    const outcome: Outcome = yield* client.probe().pipe(
+      Effect.map((answer): Outcome => ({ _tag: "answered", answer })),
+      Effect.catch((error) => Effect.succeed<Outcome>({ _tag: "failed", error })),
+      Effect.timeoutOrElse({ duration: bound, orElse: () => Effect.succeed<Outcome>({ _tag: "silent" }) })
+    )
     const at = yield* Clock.currentTimeMillis
     const name = connection.name
-    if (Result.isFailure(probe)) {
+    const noClock = skip(`clock (${name})`, "no answer from the CRM to compare with")
+    if (outcome._tag === "silent") {
       checks.push(
-        fail(`crm (${name})`, `GET /v1/me: ${probe.failure.reason.description}`, meFix(connection, probe.failure))
+        fail(
+          `crm (${name})`,
+          `GET /v1/me: no answer within ${formatDuration(Duration.toMillis(bound))}`,
+          `check base_url (${connection.base_url.origin}) and the firewall; or the rate budget had no permit to give (\`crm-sync status\`)`
+        ),
+        noClock
+      )
+    } else if (outcome._tag === "failed") {
+      checks.push(
+        fail(`crm (${name})`, `GET /v1/me: ${outcome.error.reason.description}`, meFix(connection, outcome.error))
       )
       if (connection.credential === "oauth") checks.push(yield* grantCheck(connection))
-      checks.push(skip(`clock (${name})`, "no answer from the CRM to compare with"))
+      checks.push(noClock)
     } else {
-      const access = probe.success.access
-      checks.push(pass(`crm (${name})`, `GET /v1/me answers: user ${access.userId} at ${connection.base_url.origin}`))
-      checks.push(kindCheck(connection, probe.success))
-      checks.push(yield* writeCheck(connection, probe.success))
+      const { answer } = outcome
+      checks.push(
+        pass(`crm (${name})`, `GET /v1/me answers: user ${answer.access.userId} at ${connection.base_url.origin}`)
+      )
+      checks.push(kindCheck(connection, answer))
+      checks.push(yield* writeCheck(connection, answer))
       if (connection.credential === "oauth") checks.push(yield* grantCheck(connection))
-      checks.push(clockCheck(config, name, probe.success.date, sentAt, at))
+      checks.push(clockCheck(config, name, answer.date, sentAt, at))
     }
     if (connection.credential === "oauth") checks.push(yield* subscriptionCheck(connection))
-    if (deep && Result.isSuccess(probe)) checks.push(...(yield* deepChecks(connection, client)))
+    if (deep && outcome._tag === "answered") checks.push(...(yield* deepChecks(connection, client)))
     return checks
   }).pipe(
     Effect.catch((error) => Effect.succeed([fail(`crm (${connection.name})`, oneLine(error), "see the checks above")]))
