@@ -143,11 +143,15 @@ export const secretProblem = (secret: string): string | undefined => {
   return undefined
 }
 
-export const endpointChecks = (config: AppConfigShape): ReadonlyArray<Check> => {
-  if (config.webhooks.endpoints.length === 0) {
+/** Each endpoint's secrets (`only`: the endpoints of that connection, and those of none). */
+export const endpointChecks = (config: AppConfigShape, only?: string): ReadonlyArray<Check> => {
+  const endpoints = config.webhooks.endpoints.filter(
+    (endpoint) => only === undefined || endpoint.connection === undefined || endpoint.connection === only
+  )
+  if (endpoints.length === 0) {
     return [skip("webhooks", "no webhook endpoint is configured: events are not received (polls and crawls only)")]
   }
-  return config.webhooks.endpoints.map((endpoint) => {
+  return endpoints.map((endpoint) => {
     const problems = endpoint.secrets.flatMap((secret, index) => {
       const problem = secretProblem(Redacted.value(secret))
       return problem === undefined ? [] : [`secret ${index + 1} ${problem}`]

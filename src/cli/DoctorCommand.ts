@@ -136,7 +136,7 @@ const run = (input: DoctorInput, config: AppConfigShape) =>
       }
     }
 
-    yield* report(...endpointChecks(config))
+    yield* report(...endpointChecks(config, input.connection))
     yield* report(
       yield* portCheck("webhook port", "CRM_SYNC_WEBHOOK_PORT (webhook_port)", config.webhook_port, undefined)
     )

@@ -3,9 +3,11 @@
  * credential kind an `auth_type` names, and the drift of one listing page against its model.
  */
 import { assert, describe, it } from "@effect/vitest"
+import { Effect } from "effect"
 import { randomBytes } from "node:crypto"
+import { decodeDocument } from "../../src/config/AppConfig.ts"
 import * as Models from "../../src/crm/Models.ts"
-import { renderCheck, secretProblem } from "../../src/cli/DoctorChecks.ts"
+import { endpointChecks, renderCheck, secretProblem } from "../../src/cli/DoctorChecks.ts"
 import { driftOf, kindOfAuthType } from "../../src/cli/DoctorCrm.ts"
 import { resourceFixture } from "../fixtures/Fixtures.ts"
 
@@ -45,6 +47,35 @@ describe("doctor's judgements", () => {
     assert.deepStrictEqual(drift.unknown, ["advisor_note", "risk_band"])
     assert.strictEqual(drift.undecodable.length, 1)
   })
+
+  it.effect("--connection: the endpoints of that connection and of none; a short secret fails its endpoint", () =>
+    Effect.gen(function* () {
+      const whole = `whsec_${randomBytes(24).toString("base64")}`
+      const config = yield* decodeDocument({
+        webhooks: {
+          endpoints: [
+            { name: "a", secrets: [whole], connection: "one" },
+            { name: "b", secrets: [whole.slice(0, -4)], connection: "two" },
+            { name: "c", secrets: [whole] }
+          ]
+        }
+      })
+      const all = endpointChecks({ ...config, origin: "test" })
+      assert.deepStrictEqual(
+        all.map((check) => [check.check, check.status]),
+        [
+          ["webhook endpoint a", "pass"],
+          ["webhook endpoint b", "fail"],
+          ["webhook endpoint c", "pass"]
+        ]
+      )
+      assert.strictEqual(all[1]!.message, "secret 1 decodes to 21 bytes, not 24 to 64")
+      assert.deepStrictEqual(
+        endpointChecks({ ...config, origin: "test" }, "one").map((check) => check.check),
+        ["webhook endpoint a", "webhook endpoint c"]
+      )
+    })
+  )
 
   it("a line: mark, check, what was found, what to do", () => {
     assert.strictEqual(
