@@ -27,6 +27,7 @@ describe("crm-sync CLI", () => {
     const { code, stdout } = cli(["--help"])
     assert.strictEqual(code, 0)
     for (const command of [
+      "doctor",
       "run",
       "backfill",
       "reconcile",

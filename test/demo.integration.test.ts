@@ -2,11 +2,15 @@
  * `npm start` (`crm-sync demo`) as a new user meets it: the bundled sandbox and the whole daemon,
  * nothing configured. Within seconds the warehouse holds every readable resource, the demo's
  * users' changes arrive as webhook deliveries and are applied, the demo's own write goes out
- * through the outbox, and Ctrl-C ends it cleanly.
+ * through the outbox, `crm-sync doctor` on the demo's config passes beside it, and Ctrl-C ends it
+ * cleanly.
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
-import { spawn } from "node:child_process"
+import { spawn, spawnSync } from "node:child_process"
+import { mkdtempSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 import { freePort, eventually, get } from "./support/Daemon.ts"
 import { freshDatabase } from "./support/TestDatabase.ts"
 
@@ -24,11 +28,14 @@ describe("crm-sync demo", () => {
     () =>
       Effect.gen(function* () {
         const adminPort = yield* freePort
+        const dataDir = mkdtempSync(join(tmpdir(), "crm-sync-demo-"))
+        yield* Effect.addFinalizer(() => Effect.sync(() => rmSync(dataDir, { recursive: true, force: true })))
         const demo = spawn(process.execPath, [main, "demo", "--records", "300"], {
           env: {
             PATH: process.env.PATH ?? "",
             HOME: process.env.HOME ?? "",
             CRM_SYNC_DATABASE_URL: yield* freshDatabase,
+            CRM_SYNC_DATA_DIR: dataDir,
             CRM_SYNC_WEBHOOK_PORT: String(yield* freePort),
             CRM_SYNC_ADMIN_PORT: String(adminPort),
             CRM_SYNC_LOG_LEVEL: "warn"
@@ -56,6 +63,24 @@ describe("crm-sync demo", () => {
           90
         )
         assert.isAbove(settled!.resources.annuity_contracts!.rows, 0)
+
+        // The first-run check, from another shell, on the demo's setup: every check passes (the
+        // ports are held by the demo's own daemon). The demo runs in this process's child, so a
+        // blocking run of doctor does not stall it.
+        const doctor = spawnSync(process.execPath, [main, "doctor"], {
+          encoding: "utf8",
+          env: {
+            PATH: process.env.PATH ?? "",
+            HOME: process.env.HOME ?? "",
+            CRM_SYNC_CONFIG: join(dataDir, "demo-config.json"),
+            CRM_SYNC_LOG_LEVEL: "warn"
+          },
+          timeout: 60_000
+        })
+        assert.strictEqual(doctor.status, 0, `${doctor.stdout}\n${doctor.stderr}`)
+        assert.match(doctor.stdout, /^✓ webhook port: port \d+ is held by a running crm-sync/m)
+        assert.match(doctor.stdout, /^✓ oauth grant \(sandbox\): /m)
+        assert.notMatch(doctor.stdout, /^[✗–] /m)
 
         demo.kill("SIGINT")
         assert.strictEqual(yield* Effect.promise(() => exited), 0, output.slice(-2000))

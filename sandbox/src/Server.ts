@@ -416,7 +416,9 @@ const serve = (pipeline: Pipeline, incoming: Incoming, requestId: string) =>
     yield* sleepLatency(fired, trace, "after")
     const { status, response } = render(outcome, fired, trace, requestId)
     yield* logRequest(pipeline, incoming, { at, startedMs, ip, status }, trace)
-    return response
+    // The `Date` header is the CRM machine's clock (`clockSkew` included), not Node's, so a
+    // receiver can measure the skew from an answer as it would against the real CRM.
+    return HttpServerResponse.setHeader(response, "date", new Date(yield* pipeline.clock.wallNow).toUTCString())
   })
 
 // ---------------------------------------------------------------------------------------------

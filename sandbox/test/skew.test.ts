@@ -60,6 +60,16 @@ layer(sandboxLayer({ clockSkew: "-90s", webhookRetrySchedule: ["1s", "1s"] }), {
       })
     )
 
+    it.effect("clockSkew: the API's Date header is the CRM's clock, 90 s behind", () =>
+      Effect.gen(function* () {
+        const answer = yield* api("/v1/me")
+        assert.strictEqual(answer.status, 200)
+        const date = Date.parse(answer.headers["date"] ?? "")
+        // An HTTP date has whole seconds: within a few of the skewed clock, far from the machine's.
+        assert.isBelow(Math.abs(date - (Date.now() + SKEW_MS)), 5_000, answer.headers["date"])
+      })
+    )
+
     it.effect("webhook_fail: unsent first attempts, then the retry, signed at its own time, same hook-id", () =>
       Effect.gen(function* () {
         const { a, receiver, secret } = yield* subscribed

@@ -15,7 +15,7 @@ import { TelemetryLive } from "../observability/Telemetry.ts"
 const logLevels = { debug: "Debug", info: "Info", warn: "Warn", error: "Error" } as const
 
 /** Logs go to stderr so that command output (`status --json`) stays clean on stdout. */
-const LoggingLive = Layer.unwrap(
+export const LoggingLive = Layer.unwrap(
   Effect.map(AppConfig, (config) =>
     LoggingLayer(config.log_format ?? (process.stderr.isTTY ? "text" : "json"), logLevels[config.log_level])
   )
@@ -26,6 +26,18 @@ export const BaseLive = LoggingLive.pipe(Layer.provideMerge(AppConfig.layer))
 /** A command's program with the config, logging and telemetry it runs on. */
 export const withBase = <A, E, R>(program: Effect.Effect<A, E, R>) =>
   program.pipe(Effect.provide(BaseLive), Effect.provide(TelemetryLive(packageJson.version)))
+
+/**
+ * A command's program on a config it loaded itself (`doctor`, which reports a config that does
+ * not load as a failed check instead of stopping), with the logging and telemetry of `withBase`.
+ */
+export const withConfig =
+  (config: AppConfig["Service"]) =>
+  <A, E, R>(program: Effect.Effect<A, E, R>) =>
+    program.pipe(
+      Effect.provide(LoggingLive.pipe(Layer.provideMerge(Layer.succeed(AppConfig, config)))),
+      Effect.provide(TelemetryLive(packageJson.version))
+    )
 
 /** A command used the wrong way: printed as one line, exit code 2. */
 export class UsageError extends Schema.TaggedError<UsageError>()("UsageError", { message: Schema.String }) {}

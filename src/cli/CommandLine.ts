@@ -44,6 +44,30 @@ const notInstalled = (command: string): Effect.Effect<never, unknown> =>
 /** `--json`: the command's result as one JSON object on stdout (logs stay on stderr). */
 const jsonFlag = Flag.Boolean("json").pipe(Flag.withDescription("Print one JSON object"), Flag.withDefault(false))
 
+const doctor = Command.make(
+  "doctor",
+  {
+    connection: Flag.String("connection").pipe(
+      Flag.withDescription("Only this connection (default: every configured one)"),
+      Flag.optional
+    ),
+    json: jsonFlag,
+    deep: Flag.Boolean("deep").pipe(
+      Flag.withDescription("Also read one page of each listing and report schema drift (writes nothing)"),
+      Flag.withDefault(false)
+    )
+  },
+  ({ connection, json, deep }) =>
+    load(
+      () => import("./DoctorCommand.ts"),
+      (module) => module.doctor({ connection: Option.getOrUndefined(connection), json, deep })
+    )
+).pipe(
+  Command.withDescription(
+    "Check the setup, one line each: config and secrets, PostgreSQL, each CRM connection, clock, webhooks, budget."
+  )
+)
+
 const run = Command.make("run", {}, () =>
   load(
     () => import("./Daemon.ts"),
@@ -243,7 +267,20 @@ const root = Command.make("crm-sync").pipe(
   Command.withDescription(
     "Keeps a firm's PostgreSQL warehouse in step with its CRM, and writes the firm's changes back."
   ),
-  Command.withSubcommands([run, backfill, reconcile, demo, migrate, status, plan, connect, outbox, webhooks, sandbox])
+  Command.withSubcommands([
+    doctor,
+    run,
+    backfill,
+    reconcile,
+    demo,
+    migrate,
+    status,
+    plan,
+    connect,
+    outbox,
+    webhooks,
+    sandbox
+  ])
 )
 
 /** The help's last section: every variable on the root's help, a pointer to it on the commands'. */

@@ -64,7 +64,7 @@ export const prepareDemo = Effect.fn("Demo.prepare")(function* (base: AppConfigS
       eventTypes: [event]
     })
   }
-  const overlay = yield* decodeDocument({
+  const document = {
     connections: [
       {
         name: CONNECTION,
@@ -81,10 +81,13 @@ export const prepareDemo = Effect.fn("Demo.prepare")(function* (base: AppConfigS
     webhooks: { endpoints: endpoints.map((endpoint) => ({ ...endpoint, connection: CONNECTION })) },
     // Short enough that a newcomer sees every job run within a minute or two.
     schedules: { businesses: "1 minute", crawl: "10 minutes", reference: "1 hour" }
-  })
+  }
+  const overlay = yield* decodeDocument(document)
+  const encryptionKey = base.encryption_key ?? (yield* demoEncryptionKey(base.data_dir))
+  const configFile = yield* writeDemoConfig(base, document, encryptionKey)
   const config = {
     ...base,
-    encryption_key: base.encryption_key ?? (yield* demoEncryptionKey(base.data_dir)),
+    encryption_key: encryptionKey,
     connections: overlay.connections,
     webhooks: { ...base.webhooks, endpoints: overlay.webhooks.endpoints },
     schedules: overlay.schedules,
@@ -97,8 +100,29 @@ export const prepareDemo = Effect.fn("Demo.prepare")(function* (base: AppConfigS
     expiresIn: Duration.seconds(tokens.expires_in),
     scope: tokens.scope
   }
-  return { config, tokens: tokenSet }
+  return { config, tokens: tokenSet, configFile }
 })
+
+/**
+ * The demo's settings as a config file beside its embedded database (`demo-config.json`, readable
+ * by its owner only, like the demo's key): `CRM_SYNC_CONFIG` naming it lets the other commands
+ * (`doctor`, `plan`, `backfill`) see the demo's connection and endpoints from another shell.
+ */
+const writeDemoConfig = (base: AppConfigShape, document: object, key: Redacted.Redacted<string>) =>
+  Effect.sync(() => {
+    const file = join(base.data_dir, "demo-config.json")
+    const content = {
+      ...(base.database_url === undefined ? {} : { database_url: Redacted.value(base.database_url) }),
+      data_dir: base.data_dir,
+      encryption_key: Redacted.value(key),
+      webhook_port: base.webhook_port,
+      admin_port: base.admin_port,
+      ...document
+    }
+    mkdirSync(base.data_dir, { recursive: true })
+    writeFileSync(file, `${JSON.stringify(content, null, 2)}\n`, { mode: 0o600 })
+    return file
+  })
 
 /**
  * OAuth tokens are stored encrypted; without CRM_SYNC_ENCRYPTION_KEY the demo makes a key of its

@@ -19,7 +19,7 @@ export const demo = (input: { readonly records: number }) =>
   Effect.gen(function* () {
     const base = yield* AppConfig
     const sandbox = yield* Sandbox
-    const { config, tokens } = yield* prepareDemo(base)
+    const { config, tokens, configFile } = yield* prepareDemo(base)
     yield* Effect.logInfo(`demo: CRM sandbox at ${sandbox.baseUrl}; the daemon syncs it into the warehouse`)
     const program = Effect.gen(function* () {
       yield* (yield* Credentials).store(config.connections[0]!, tokens)
@@ -29,7 +29,8 @@ export const demo = (input: { readonly records: number }) =>
       yield* Outbox.enqueue("prospect.create", { book_id: book, first_name: "Ada", last_name: "Outbox" })
       yield* Effect.forkScoped(demoActivity)
       yield* Effect.logInfo(
-        `demo: try \`crm-sync status\` in another shell, or the status page at http://127.0.0.1:${config.admin_port}/`
+        `demo: try \`CRM_SYNC_CONFIG=${configFile} crm-sync doctor\` in another shell (its setup checked), ` +
+          `\`crm-sync status\`, or the status page at http://127.0.0.1:${config.admin_port}/`
       )
       return yield* Layer.launch(Daemon)
     })

@@ -94,6 +94,12 @@ export interface Access {
   readonly canWrite: boolean
 }
 
+/** A token's access and the CRM's `Date` header (HTTP date, whole seconds) of the same answer. */
+export interface Probe {
+  readonly access: Access
+  readonly date: string | undefined
+}
+
 export interface CrmClientShape {
   readonly connection: Connection
   /** The connection's three buckets of spec §8 (for budget status and ETAs). */
@@ -103,6 +109,8 @@ export interface CrmClientShape {
   readonly me: (options?: CallOptions) => Effect.Effect<Models.Me, CrmError>
   /** `GET /v1/me`, summarized: auth type and write access. */
   readonly access: (options?: CallOptions) => Effect.Effect<Access, CrmError>
+  /** `GET /v1/me` summarized, with the CRM's clock when it answered (its `Date` header): `doctor`'s probe. */
+  readonly probe: (options?: CallOptions) => Effect.Effect<Probe, CrmError>
   /** `GET /v1/books` (one page). */
   readonly listBooks: (query?: PageQuery, options?: CallOptions) => Effect.Effect<ListPage<Models.Book>, CrmError>
   /** `POST /v1/webhook_subscription` (OAuth only; idempotent per app, user and company: spec §3). */
@@ -403,16 +411,28 @@ const me = (transport: CrmTransport) =>
     return yield* strict(transport, { operation: "CrmClient.me", method: "GET", path: "/v1/me", priority }, Models.Me)
   })
 
+const accessOf = (connection: Connection, user: Models.Me): Access => ({
+  connection: connection.name,
+  userId: user.id,
+  authType: user.api_access.auth_type,
+  scope: user.api_access.scope,
+  canWrite: user.api_access.can_write
+})
+
 const access = (connection: Connection, me: CrmClientShape["me"]) =>
   Effect.fn("CrmClient.access")(function* (options?: CallOptions) {
-    const user = yield* me(options)
-    return {
-      connection: connection.name,
-      userId: user.id,
-      authType: user.api_access.auth_type,
-      scope: user.api_access.scope,
-      canWrite: user.api_access.can_write
-    } satisfies Access
+    return accessOf(connection, yield* me(options))
+  })
+
+const probe = (transport: CrmTransport) =>
+  Effect.fn("CrmClient.probe")(function* (options?: CallOptions) {
+    const priority = yield* priorityOf(options, "interactive")
+    const call: Call = { operation: "CrmClient.probe", method: "GET", path: "/v1/me", priority }
+    const reply = yield* transport.send(call)
+    const user = yield* Schema.decodeUnknownEffect(Models.Me)(reply.body).pipe(
+      Effect.mapError(notDecoded(transport, call, reply))
+    )
+    return { access: accessOf(transport.connection, user), date: reply.date } satisfies Probe
   })
 
 const subscribeWebhooks = (transport: CrmTransport) =>
@@ -481,6 +501,7 @@ const makeClient = Effect.fnUntraced(function* (connection: Connection) {
     },
     me: getMe,
     access: access(connection, getMe),
+    probe: probe(transport),
     listBooks: lister(transport, { operation: "CrmClient.listBooks", resource: "books", schema: Models.Book }),
     subscribeWebhooks: subscribeWebhooks(transport),
     unsubscribeWebhooks: unsubscribeWebhooks(transport),

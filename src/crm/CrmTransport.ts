@@ -98,10 +98,12 @@ export interface Call {
   readonly empty?: boolean
 }
 
-/** A 2xx answer: its status and parsed JSON body (undefined for an empty one). */
+/** A 2xx answer: its status, parsed JSON body (undefined for an empty one) and `Date` header. */
 export interface Reply {
   readonly status: number
   readonly body: unknown
+  /** The CRM's clock when it answered (HTTP date, whole seconds), if it sent one. */
+  readonly date: string | undefined
 }
 
 /** The outcome of one attempt, as a value: the retry loop decides what to do with it. */
@@ -175,7 +177,8 @@ const answer = (
   status: number,
   retryAfter: string | undefined,
   text: string,
-  failed: (reason: CrmErrorReason) => Attempt
+  failed: (reason: CrmErrorReason) => Attempt,
+  date?: string
 ): Effect.Effect<Attempt> =>
   Effect.gen(function* () {
     if (status < 200 || status >= 300) {
@@ -192,12 +195,12 @@ const answer = (
     }
     if (text.trim() === "") {
       return call.empty === true
-        ? ({ kind: "ok", reply: { status, body: undefined } } as const)
+        ? ({ kind: "ok", reply: { status, body: undefined, date } } as const)
         : failed(new Undecodable({ status, malformed: true, detail: "empty body" }))
     }
     return Option.match(parseJson(text), {
       onNone: () => failed(new Undecodable({ status, malformed: true })),
-      onSome: (body): Attempt => ({ kind: "ok", reply: { status, body } })
+      onSome: (body): Attempt => ({ kind: "ok", reply: { status, body, date } })
     })
   })
 
@@ -338,7 +341,9 @@ const exchange = (
   wire.http.execute(request).pipe(
     Effect.flatMap((response) =>
       response.text.pipe(
-        Effect.flatMap((text) => answer(call, response.status, response.headers["retry-after"], text, failed)),
+        Effect.flatMap((text) =>
+          answer(call, response.status, response.headers["retry-after"], text, failed, response.headers["date"])
+        ),
         // The body stopped mid-way: as good as a dropped connection.
         Effect.catchTag("HttpClientError", () =>
           Effect.succeed(failed(new Transport({ kind: "network", detail: "response cut off" })))

@@ -265,3 +265,13 @@ export const checkMigratedFrom = (directory: string) =>
 
 /** Fails when any migration of crm-sync is pending. */
 export const checkMigrated = checkMigratedFrom(migrationsDirectory)
+
+/**
+ * The migrations of `directory` not applied to this database, by file name without `.sql`
+ * (`0023_client_field_times`), after checking the numbering; reads `crm_sync_migrations` only.
+ */
+export const pendingMigrationsFrom = (directory: string) =>
+  Effect.map(pendingFrom(directory), (files) => files.map(([, , file]) => file.replace(/\.sql$/, "")))
+
+/** crm-sync's migrations not applied to this database (`doctor`). */
+export const pendingMigrations = pendingMigrationsFrom(migrationsDirectory)
