@@ -17,7 +17,7 @@ import { recentRuns } from "../sync/JobRuns.ts"
 import { deadDeliveries, oldestWaitingDelivery } from "../webhooks/WebhookInbox.ts"
 import type { ConnectionHealth } from "./ConnectionHealth.ts"
 import { forConnection, gapLines, refusalLines, type StatusReport } from "./StatusReport.ts"
-import { formatDuration } from "./Text.ts"
+import { formatDuration } from "../observability/Text.ts"
 
 export interface StatusDetails {
   readonly now: string
