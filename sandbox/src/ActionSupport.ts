@@ -6,7 +6,7 @@
 import { Effect } from "effect"
 import type { Collection } from "./Collection.ts"
 import { notFound, validationFailed } from "./errors.ts"
-import type { World } from "./Generator.ts"
+import type { World } from "./World.ts"
 import { iso, type SandboxClock } from "./SandboxClock.ts"
 import type { SandboxStore } from "./Store.ts"
 import type { EventType, SandboxWebhooks, Subject } from "./Webhooks.ts"

@@ -17,7 +17,7 @@ import {
 } from "./Auth.ts"
 import { type ApiError, badRequest, notFound } from "./errors.ts"
 import { type FaultRule, type FaultRuleInput, SandboxFaults } from "./Faults.ts"
-import type { World } from "./Generator.ts"
+import type { World } from "./World.ts"
 import { SandboxIdempotency } from "./Idempotency.ts"
 import { parseDuration } from "./Durations.ts"
 import { type RateLimits, type RateLimitsInput, SandboxConfig } from "./Options.ts"

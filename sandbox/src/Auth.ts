@@ -6,22 +6,16 @@
  * are the same on every start and after every reset.
  */
 import { Context, Effect, Layer } from "effect"
+import type { AuthDeps, AuthState, ConnectionKey, OAuthApp, PersonalToken, TokenResponse } from "./AuthTypes.ts"
 import { ApiError, forbidden, notFound, unauthorized, validationFailed } from "./errors.ts"
-import type { World } from "./Generator.ts"
-import {
-  type AuthorizationCode,
-  authorize,
-  checkConnection,
-  type IssuedToken,
-  issue,
-  randomToken,
-  revokeWhere,
-  token
-} from "./OAuthFlow.ts"
-import { type ResolvedOptions, SandboxConfig } from "./Options.ts"
+import type { World } from "./World.ts"
+import { authorize, checkConnection, issue, randomToken, revokeWhere, token } from "./OAuthFlow.ts"
+import { SandboxConfig } from "./Options.ts"
 import { hash, hashString } from "./Prng.ts"
 import { SandboxClock } from "./SandboxClock.ts"
 import { companyOrdinal, SandboxStore } from "./Store.ts"
+
+export type { OAuthApp, PersonalToken, TokenResponse } from "./AuthTypes.ts"
 
 export const PAT_PREFIX = "crm_pat_"
 
@@ -42,45 +36,6 @@ export type Credential =
       readonly scope: string
     }
 
-export interface PersonalToken {
-  readonly id: string
-  readonly token: string
-  readonly userId: string
-  readonly company: number
-  readonly label: string
-  canWrite: boolean
-  revoked: boolean
-}
-
-export interface OAuthApp {
-  readonly clientId: string
-  clientSecret: string
-  readonly name: string
-  redirectUris: ReadonlyArray<string>
-  readonly ownerCompany: number
-  /** `sandbox`: connections only to the owner's company (spec §5.5). */
-  mode: "sandbox" | "production"
-  enabled: boolean
-  readonly scope: string
-}
-
-export interface TokenResponse {
-  readonly access_token: string
-  readonly token_type: "Bearer"
-  readonly expires_in: number
-  readonly refresh_token: string
-  readonly refresh_token_expires_in: number
-  readonly scope: string
-  readonly company_id: string
-  readonly created_at: number
-}
-
-export interface ConnectionKey {
-  readonly clientId: string
-  readonly userId: string
-  readonly company: number
-}
-
 export interface CreatePatInput {
   readonly userId: string
   readonly companyId?: string | undefined
@@ -100,29 +55,6 @@ export interface AppPatch {
   readonly enabled?: boolean | undefined
   readonly mode?: "sandbox" | "production" | undefined
   readonly redirectUris?: ReadonlyArray<string> | undefined
-}
-
-/** Every credential the sandbox holds; `install` puts back the bootstrap ones after a reset. */
-export interface AuthState {
-  readonly pats: Map<string, PersonalToken>
-  readonly apps: Map<string, OAuthApp>
-  readonly codes: Map<string, AuthorizationCode>
-  readonly accessTokens: Map<string, IssuedToken>
-  readonly refreshTokens: Map<string, IssuedToken>
-  /** The user the sandbox signs in as at `/oauth/authorize` when no `login_hint` is given. */
-  approver: string
-  bootstrap: { readonly pat: PersonalToken; readonly app: OAuthApp }
-  /** Token families issued so far. */
-  counter: number
-  patCounter: number
-}
-
-/** What the credential operations work with: the options, the sandbox clock and world, the credentials held. */
-export interface AuthDeps {
-  readonly options: ResolvedOptions
-  readonly clock: SandboxClock["Service"]
-  readonly store: SandboxStore["Service"]
-  readonly state: AuthState
 }
 
 /** A token derived from the seed, so the bootstrap credentials are the same on every start. */

@@ -8,7 +8,7 @@ import { Effect } from "effect"
 import type { CreateClientInput, PersonInput, ProspectInput, UpdateClientInput } from "./ActionInputs.ts"
 import { type ActionDeps, announce, bookOf, find, subjectOf, timestampOf } from "./ActionSupport.ts"
 import { validationFailed } from "./errors.ts"
-import type { World } from "./Generator.ts"
+import type { World } from "./World.ts"
 import type { Address, ClientRow, EmailAddress, PhoneNumber } from "./Records.ts"
 import { clientApi, prospectApi } from "./Serializers.ts"
 

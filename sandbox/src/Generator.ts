@@ -28,26 +28,10 @@ import {
   slug,
   taskRow
 } from "./RecordBuilders.ts"
-import type {
-  AnnuityContractRow,
-  BookRow,
-  BusinessRow,
-  ClientRow,
-  CompanyRow,
-  ContactRow,
-  FinancialAccountRow,
-  HouseholdRow,
-  MeetingRow,
-  NoteRow,
-  ProjectTemplateRow,
-  ProspectRow,
-  TagRow,
-  TaskRow,
-  TeamRow,
-  UserRow
-} from "./Records.ts"
+import type { BookRow, CompanyRow, TeamRow, UserRow } from "./Records.ts"
 import { iso } from "./SandboxClock.ts"
 import * as V from "./Vocabulary.ts"
+import type { World } from "./World.ts"
 
 /**
  * Share of `records` per lazily generated kind. Financial accounts dominate, as in an advisory
@@ -68,32 +52,6 @@ const SHARES = {
 
 /** Share of the records that live in the partner's own company (the bootstrap token's). */
 const OWN_COMPANY_SHARE = 0.9
-
-export interface World {
-  readonly seed: number
-  readonly companies: ReadonlyArray<CompanyRow>
-  readonly users: ReadonlyArray<UserRow>
-  readonly usersById: ReadonlyMap<string, UserRow>
-  readonly teams: ReadonlyArray<TeamRow>
-  readonly teamsById: ReadonlyMap<string, TeamRow>
-  readonly books: ReadonlyArray<BookRow>
-  readonly booksById: ReadonlyMap<string, BookRow>
-  /** Tags per company ordinal. */
-  readonly tags: ReadonlyArray<ReadonlyArray<TagRow>>
-  readonly tagsById: ReadonlyMap<string, TagRow>
-  readonly customFields: { readonly contact: ReadonlyArray<string>; readonly financial_account: ReadonlyArray<string> }
-  readonly templates: Array<ProjectTemplateRow>
-  readonly households: Collection<HouseholdRow>
-  readonly contacts: Collection<ContactRow>
-  readonly prospects: Collection<ProspectRow>
-  readonly clients: Collection<ClientRow>
-  readonly businesses: Collection<BusinessRow>
-  readonly annuityContracts: Collection<AnnuityContractRow>
-  readonly financialAccounts: Collection<FinancialAccountRow>
-  readonly meetings: Collection<MeetingRow>
-  readonly tasks: Collection<TaskRow>
-  readonly notes: Collection<NoteRow>
-}
 
 const rngFor = (seed: number, salt: string, index: number) => new Rng(hash(seed, hashString(salt), index))
 

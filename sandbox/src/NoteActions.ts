@@ -7,7 +7,7 @@ import { Effect } from "effect"
 import type { CreateNoteInput, UpdateNoteInput } from "./ActionInputs.ts"
 import { type ActionDeps, announce, checkTags, find, timestampOf } from "./ActionSupport.ts"
 import { notFound, validationFailed } from "./errors.ts"
-import type { World } from "./Generator.ts"
+import type { World } from "./World.ts"
 import { notableTypeOf } from "./RecordBuilders.ts"
 import { noteApi } from "./Serializers.ts"
 

@@ -7,39 +7,14 @@
  */
 import { Effect } from "effect"
 import { createHash, randomBytes } from "node:crypto"
-import type { AuthDeps, AuthState, ConnectionKey, OAuthApp, TokenResponse } from "./Auth.ts"
+import type { AuthDeps, AuthState, ConnectionKey, IssuedToken, OAuthApp, TokenResponse } from "./AuthTypes.ts"
 import { ApiError } from "./errors.ts"
-import type { World } from "./Generator.ts"
+import type { World } from "./World.ts"
 import type { ResolvedOptions } from "./Options.ts"
 import { companyOrdinal } from "./Store.ts"
 
 export const ACCESS_TOKEN_PREFIX = "crm_oat_"
 export const REFRESH_TOKEN_PREFIX = "crm_ort_"
-
-export interface AuthorizationCode {
-  readonly clientId: string
-  readonly userId: string
-  readonly company: number
-  readonly redirectUri: string
-  readonly challenge: string
-  readonly scope: string
-  readonly expiresAt: number
-  used: boolean
-  /** The token family issued from this code, revoked if the code is replayed. */
-  family: string | undefined
-}
-
-export interface IssuedToken {
-  readonly clientId: string
-  readonly userId: string
-  readonly company: number
-  readonly scope: string
-  readonly expiresAt: number
-  readonly family: string
-  revoked: boolean
-  /** Refresh tokens only: when it was exchanged (rotation makes it single-use). */
-  usedAt: number | undefined
-}
 
 /** An OAuth error of RFC 6749 §5.2; rendered as `{error, error_description}`. */
 const oauthError = (error: string, description: string, status = 400) =>

@@ -7,7 +7,7 @@
  * changes every record after it.
  */
 import type { Collection } from "./Collection.ts"
-import type { World } from "./Generator.ts"
+import type { World } from "./World.ts"
 import { hash, hashString, type Rng } from "./Prng.ts"
 import type {
   Address,

@@ -2,11 +2,9 @@
  * `crm-sync sandbox`: runs the CRM sandbox until interrupted, after printing its address, a
  * write-enabled personal access token and the OAuth app's credentials. The command's flags are in
  * cli.ts, which loads this module only when the command runs; `npm start -w sandbox -- [flags]`
- * runs it alone.
+ * runs it alone (main.ts).
  */
-import { NodeRuntime, NodeServices } from "@effect/platform-node"
 import { Clock, Console, Effect, Option } from "effect"
-import { Command } from "effect/cli"
 import type { SandboxOptions } from "./Options.ts"
 import { Sandbox } from "./Sandbox.ts"
 
@@ -94,8 +92,3 @@ export const runSandbox = Effect.fn("SandboxCommand.run")(function* (input: Sand
     return yield* Effect.never
   }).pipe(Effect.provide(Sandbox.layer(toSandboxOptions(input))))
 })
-
-if (import.meta.main) {
-  const { makeSandboxCommand } = await import("./cli.ts")
-  Command.run(makeSandboxCommand(), { version: "0.1.0" }).pipe(Effect.provide(NodeServices.layer), NodeRuntime.runMain)
-}

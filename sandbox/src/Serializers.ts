@@ -3,7 +3,7 @@
  * fields dropped. Used by the API handlers (reads, writes) and by webhook snapshots (§6.3), which
  * use the same shapes minus the transcript text.
  */
-import type { World } from "./Generator.ts"
+import type { World } from "./World.ts"
 import type {
   BookRow,
   ClientRow,

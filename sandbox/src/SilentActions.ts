@@ -17,7 +17,7 @@ import type {
 import { type ActionDeps, bookOf, checkTags, find, timestampOf } from "./ActionSupport.ts"
 import type { Collection } from "./Collection.ts"
 import { notFound, validationFailed } from "./errors.ts"
-import type { World } from "./Generator.ts"
+import type { World } from "./World.ts"
 import type { Rng } from "./Prng.ts"
 import type { AnnuityContractRow, BusinessRow, FinancialAccountRow } from "./Records.ts"
 import { iso } from "./SandboxClock.ts"

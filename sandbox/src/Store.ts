@@ -4,7 +4,8 @@
  * `reset` regenerates the world from the seed, dropping every mutation.
  */
 import { Context, Effect, Layer } from "effect"
-import { buildWorld, type World } from "./Generator.ts"
+import { buildWorld } from "./Generator.ts"
+import type { World } from "./World.ts"
 import { SandboxConfig } from "./Options.ts"
 import type { BookRow, UserRow } from "./Records.ts"
 

@@ -6,12 +6,12 @@
  * duplicate, and fail (the first attempts fail, unsent or with their answer lost). A reset bumps the generation, and messages of an older one are dropped.
  */
 import { Cause, Duration, Effect, Queue } from "effect"
-import type { World } from "./Generator.ts"
+import type { World } from "./World.ts"
 import { iso } from "./SandboxClock.ts"
 import { clientApi, meetingSnapshot, noteApi, prospectApi, taskApi } from "./Serializers.ts"
 import type { WebhookFault } from "./Faults.ts"
 import type { SendResult } from "./WebhookSender.ts"
-import type { DeliveryRecord, Endpoint, EndpointItem, Message, WebhookDeps } from "./Webhooks.ts"
+import type { DeliveryRecord, Endpoint, EndpointItem, Message, WebhookDeps } from "./WebhookTypes.ts"
 
 /** A bug in one message must not stop the loops that serve all the others (interruption still does). */
 const keepGoing = (stage: string) =>

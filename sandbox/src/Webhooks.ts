@@ -12,159 +12,40 @@ import { randomBytes } from "node:crypto"
 import { SandboxAuth } from "./Auth.ts"
 import { type ApiError, notFound, validationFailed } from "./errors.ts"
 import { SandboxFaults } from "./Faults.ts"
-import type { World } from "./Generator.ts"
+import type { World } from "./World.ts"
 import type { BookRow } from "./Records.ts"
 import { SandboxConfig } from "./Options.ts"
 import { iso, SandboxClock } from "./SandboxClock.ts"
 import { SandboxStore } from "./Store.ts"
 import { startPreparation, startWorker } from "./WebhookDelivery.ts"
 import { SandboxWebhookSender } from "./WebhookSender.ts"
+import {
+  type DeliveryFilter,
+  type DeliveryRecord,
+  type Endpoint,
+  EVENT_TYPES,
+  type EventType,
+  type Message,
+  type MessageRecord,
+  type Pending,
+  type Subject,
+  type Subscription,
+  type WebhookDeps,
+  type WebhookState
+} from "./WebhookTypes.ts"
 
-export const EVENT_TYPES = [
-  "meeting.created",
-  "meeting.updated",
-  "meeting.deleted",
-  "meeting.transcript_ready",
-  "task.created",
-  "task.updated",
-  "task.completed",
-  "task.reopened",
-  "task.deleted",
-  "note.created",
-  "note.updated",
-  "note.deleted",
-  "client.created",
-  "client.updated",
-  "prospect.created"
-] as const
-export type EventType = (typeof EVENT_TYPES)[number]
-
-/** The record an event is about. */
-export interface Subject {
-  readonly kind: "meeting" | "task" | "note" | "client" | "prospect"
-  readonly index: number
-  readonly id: string
-  readonly book: number
-  /** Notes: the household the note belongs to, kept on deletion (§6.3). */
-  readonly householdId?: string | null
-}
-
-export interface Subscription {
-  readonly id: string
-  readonly clientId: string
-  readonly userId: string
-  readonly company: number
-  readonly createdAt: number
-}
-
-export interface Endpoint {
-  readonly id: string
-  readonly clientId: string
-  url: string
-  readonly secret: string
-  eventTypes: ReadonlyArray<string>
-  enabled: boolean
-  readonly createdAt: number
-}
-
-export interface MessageRecord {
-  readonly id: string
-  readonly event_type: EventType
-  readonly subscription_id: string
-  readonly user_id: string
-  readonly company_id: string
-  readonly book_id: string
-  readonly record_id: string
-  readonly submitted_at: string
-  prepared_at: string | null
-  payload: string | null
-  readonly endpoint_ids: ReadonlyArray<string>
-}
-
-export interface DeliveryRecord {
-  readonly seq: number
-  readonly message_id: string
-  readonly endpoint_id: string
-  readonly url: string
-  readonly event_type: EventType
-  readonly attempt: number
-  /** A copy sent by the `webhook_duplicate` fault. */
-  readonly duplicate: boolean
-  readonly status: number | null
-  readonly error: string | null
-  readonly at: string
-  readonly duration_ms: number
-  readonly headers: Readonly<Record<string, string>>
-  readonly payload: string
-  readonly response_body: string | null
-  readonly subscription_id: string
-  readonly user_id: string
-  readonly book_id: string
-  readonly company_id: string
-  /** `delivered`, `retrying` (another attempt is scheduled) or `failed` (no attempts left). */
-  readonly outcome: "delivered" | "retrying" | "failed"
-}
-
-export interface DeliveryFilter {
-  readonly eventType?: string | undefined
-  readonly endpointId?: string | undefined
-  readonly messageId?: string | undefined
-  readonly since?: number | undefined
-}
-
-export interface Message {
-  readonly record: MessageRecord
-  readonly subject: Subject
-  readonly changedFields: ReadonlyArray<string>
-  readonly submittedAtMs: number
-  readonly generation: number
-}
-
-export type EndpointItem =
-  { readonly kind: "deliver"; readonly message: Message } | { readonly kind: "release"; readonly message: Message }
-
-interface EndpointWorker {
-  readonly queue: Queue.Queue<EndpointItem>
-  readonly fiber: Fiber.Fiber<unknown, unknown>
-}
-
-interface Pending {
-  readonly subject: Subject
-  readonly fields: Array<string>
-  readonly deadline: number
-}
-
-/** Everything the webhook machinery holds; `reset` empties it and bumps the generation. */
-interface WebhookState {
-  readonly subscriptions: Map<string, Subscription>
-  readonly endpoints: Map<string, Endpoint>
-  readonly workers: Map<string, EndpointWorker>
-  /** Open `client.updated` debounce windows, by client id. */
-  readonly pending: Map<string, Pending>
-  messages: Array<MessageRecord>
-  deliveries: Array<DeliveryRecord>
-  deliverySeq: number
-  counter: number
-  /** Messages of an older generation (before a reset) are dropped wherever they are. */
-  generation: number
-  /** Submitted messages waiting for their snapshot, in submission order. */
-  readonly preparing: Queue.Queue<Message>
-}
-
-export interface WebhookDeps {
-  readonly options: SandboxConfig["Service"]
-  readonly clock: SandboxClock["Service"]
-  readonly store: SandboxStore["Service"]
-  readonly auth: SandboxAuth["Service"]
-  readonly faults: SandboxFaults["Service"]
-  readonly sender: SandboxWebhookSender["Service"]
-  /**
-   * Runs background work with the sandbox's own services (its live clock), whichever fiber
-   * started it: an admin call from a test must not hand its TestClock to a delivery.
-   */
-  readonly background: <A, E>(effect: Effect.Effect<A, E>) => Effect.Effect<Fiber.Fiber<A, E>>
-  readonly state: WebhookState
-}
+export { EVENT_TYPES } from "./WebhookTypes.ts"
+export type {
+  DeliveryFilter,
+  DeliveryRecord,
+  Endpoint,
+  EndpointItem,
+  EventType,
+  Message,
+  MessageRecord,
+  Subject,
+  Subscription
+} from "./WebhookTypes.ts"
 
 const webhookSecret = () => `whsec_${randomBytes(24).toString("base64")}`
 

@@ -8,5 +8,6 @@ export { type SandboxOptions, type ResolvedOptions, resolveOptions } from "./Opt
 export { DurationString, parseDuration } from "./Durations.ts"
 export { EVENT_TYPES, type EventType } from "./Webhooks.ts"
 export type { RequestLogEntry, RequestFilter } from "./RequestLog.ts"
-export { buildWorld, type World } from "./Generator.ts"
+export { buildWorld } from "./Generator.ts"
+export type { World } from "./World.ts"
 export { userTokenOf } from "./Auth.ts"

@@ -10,7 +10,7 @@ import * as Schema from "effect/Schema"
 import { SqlClient } from "effect/sql/SqlClient"
 import { createServer } from "node:net"
 import type { AppConfigShape } from "../config/AppConfig.ts"
-import { planReport } from "../observability/PlanReport.ts"
+import { planReport } from "../admin/PlanReport.ts"
 import { oneLine } from "../observability/Text.ts"
 import { pendingMigrations } from "../warehouse/Migrations.ts"
 

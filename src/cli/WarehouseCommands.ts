@@ -14,8 +14,8 @@ import { migrate as applyMigrations } from "../warehouse/Migrations.ts"
 import { UsageError, withBase } from "./Base.ts"
 import { DEFAULT_INTERVAL_SECONDS, MIN_INTERVAL_SECONDS, watch } from "./StatusWatch.ts"
 
-const statusModule = () => import("../observability/StatusReport.ts")
-const planModule = () => import("../observability/PlanReport.ts")
+const statusModule = () => import("../admin/StatusReport.ts")
+const planModule = () => import("../admin/PlanReport.ts")
 const outboxModule = () => import("../outbound/Outbox.ts")
 const processorModule = () => import("../webhooks/EventProcessor.ts")
 const inboxModule = () => import("../webhooks/WebhookInbox.ts")

@@ -101,7 +101,7 @@ export const webhookLagSeconds = Metric.histogram("crm_sync_webhook_lag_seconds"
 })
 
 // ---------------------------------------------------------------------------------------------
-// State read from the database (src/observability/StateMetrics.ts, once a minute)
+// State read from the database (src/admin/StateMetrics.ts, once a minute)
 // ---------------------------------------------------------------------------------------------
 
 /** Requests used in each rate-limit bucket's current window (spec §8). */
@@ -145,7 +145,7 @@ export const connectionNeedsReauthorization = Metric.gauge("crm_sync_connection_
 })
 
 // ---------------------------------------------------------------------------------------------
-// Lag (src/observability/LagState.ts, refreshed with the state gauges)
+// Lag (src/admin/LagState.ts, refreshed with the state gauges)
 // ---------------------------------------------------------------------------------------------
 
 /** When each scheduled job of each connection last succeeded, as Unix seconds (0: never). */

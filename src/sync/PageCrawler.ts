@@ -35,7 +35,7 @@ import {
 import { type CrawlRun, CrawlRuns, type FinishResult, type RunTotals } from "./CrawlRuns.ts"
 import { describeFailure } from "./JobRuns.ts"
 import { type Fetched, type FetchQueue, startFetching } from "./PageFetcher.ts"
-import { writeCounts } from "./SyncCounts.ts"
+import { type SyncCounts, writeCounts } from "./SyncCounts.ts"
 import { recordOutcomes, recordRefused } from "./SyncMetrics.ts"
 import { type JobFailure, type SyncError, toSyncError } from "./SyncError.ts"
 
@@ -101,6 +101,17 @@ export interface CrawlSummary {
   readonly refused: number
   readonly note: string | null
 }
+
+/** A crawl's counters: its pages, this invocation's requests, and the unique records it saw. */
+export const crawlCounts = (summary: CrawlSummary): SyncCounts => ({
+  pages: summary.pages,
+  requests: summary.requests,
+  records: summary.seen,
+  inserted: summary.inserted,
+  updated: summary.updated,
+  unchanged: summary.unchanged,
+  rejected: summary.rejected
+})
 
 /** What the writer of one crawl works with, and what it stored so far. */
 interface Writer {

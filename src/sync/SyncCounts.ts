@@ -5,7 +5,6 @@
  * unchanged.
  */
 import type { UpsertResult } from "../warehouse/Warehouse.ts"
-import type { CrawlSummary } from "./PageCrawler.ts"
 
 /** What the warehouse did with the records a run read. */
 export interface WriteCounts {
@@ -45,15 +44,4 @@ export const addWriteCounts = (a: WriteCounts, b: WriteCounts): WriteCounts => (
   updated: a.updated + b.updated,
   unchanged: a.unchanged + b.unchanged,
   rejected: a.rejected + b.rejected
-})
-
-/** A crawl's counters: its pages, this invocation's requests, and the unique records it saw. */
-export const crawlCounts = (summary: CrawlSummary): SyncCounts => ({
-  pages: summary.pages,
-  requests: summary.requests,
-  records: summary.seen,
-  inserted: summary.inserted,
-  updated: summary.updated,
-  unchanged: summary.unchanged,
-  rejected: summary.rejected
 })

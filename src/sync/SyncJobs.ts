@@ -1,8 +1,9 @@
 /**
  * The read-sync jobs of `crm-sync run`, for every configured connection: the business poll, the
  * crawls of annuity contracts and financial accounts, the business crawl (the only way business
- * deletions show), the reference refresh and the subscription check. The daemon runs them all on
- * one scheduler (`SchedulerLive`; Scheduler.ts: a fixed pool of `sync.workers` workers, most
+ * deletions show) and the reference refresh. The daemon runs them, with the jobs it adds (the
+ * webhooks' subscription check, composed in cli/DaemonJobs.ts so that sync never imports webhooks),
+ * on one scheduler (`syncJobsWith`; Scheduler.ts: a fixed pool of `sync.workers` workers, most
  * overdue first) that never dies of a job's failure; every run is a row in `crm_sync.job_runs`,
  * taken under the resource's lease.
  */
@@ -11,19 +12,15 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
-import * as PubSub from "effect/PubSub"
 import { SqlClient } from "effect/sql/SqlClient"
 import { AppConfig } from "../config/AppConfig.ts"
 import { CrmClient, type CrmClientShape } from "../crm/CrmClient.ts"
-import { Credentials } from "../crm/Credentials.ts"
-import * as Metrics from "../observability/Metrics.ts"
 import { BusinessPoller } from "./BusinessPoller.ts"
 import { CrawlRuns } from "./CrawlRuns.ts"
 import { Cursors } from "./Cursors.ts"
 import { businessCrawlLease, JobLease, resourceLease } from "./JobLease.ts"
 import { type JobOutcome, JobRuns, ORPHANED } from "./JobRuns.ts"
 import { type CrawlResource, PageCrawler } from "./PageCrawler.ts"
-import * as Subscriptions from "../webhooks/Subscriptions.ts"
 import { ReferenceSync } from "./ReferenceSync.ts"
 import { runScheduler, type ScheduledJob } from "./Scheduler.ts"
 import { toSyncError } from "./SyncError.ts"
@@ -47,7 +44,7 @@ export const SyncServicesLive = Layer.mergeAll(BusinessPoller.layer, ReferenceSy
 )
 
 /** One client per configured connection (the config was validated when it was loaded). */
-const clients = Effect.gen(function* () {
+export const clients = Effect.gen(function* () {
   const config = yield* AppConfig
   return yield* Effect.forEach(config.connections, (connection) => CrmClient.make(connection.name).pipe(Effect.orDie))
 })
@@ -140,28 +137,6 @@ const referenceJob = (client: CrmClientShape, interval: Duration.Duration) =>
     } satisfies ScheduledJob
   })
 
-/** The webhook subscription check (Subscriptions.check) of an OAuth connection. */
-const subscriptionJob = (client: CrmClientShape, interval: Duration.Duration) =>
-  Effect.gen(function* () {
-    const sql = yield* SqlClient
-    const connection = client.connection.name
-    return {
-      job: JobNames.subscription,
-      connection,
-      interval,
-      lease: `subscription:${connection}`,
-      alsoCounts: [],
-      run: Subscriptions.check(client).pipe(
-        Effect.provideService(SqlClient, sql),
-        Effect.map((checked): JobOutcome => ({
-          requests: checked.state === "skipped" ? 0 : 1,
-          detail: { ...checked }
-        })),
-        Effect.mapError(toSyncError(JobNames.subscription, { connection }))
-      )
-    } satisfies ScheduledJob
-  })
-
 /** The business poll of a connection, every `schedules.businesses`. */
 const pollJobs = (client: CrmClientShape) =>
   Effect.flatMap(AppConfig, (config) => Effect.all([pollJob(client, config.schedules.businesses)]))
@@ -183,16 +158,10 @@ const crawlJobs = (client: CrmClientShape) =>
 const referenceJobs = (client: CrmClientShape) =>
   Effect.flatMap(AppConfig, (config) => Effect.all([referenceJob(client, config.schedules.reference)]))
 
-/** The webhook subscription check of an OAuth connection, every `schedules.subscription_check`. */
-const subscriptionJobs = (client: CrmClientShape) =>
-  client.connection.credential === "oauth"
-    ? Effect.flatMap(AppConfig, (config) => Effect.all([subscriptionJob(client, config.schedules.subscription_check)]))
-    : Effect.succeed([])
-
 /** What making a connection's jobs needs. */
-type JobServices = AppConfig | BusinessPoller | PageCrawler | Cursors | ReferenceSync | SqlClient
+export type JobServices = AppConfig | BusinessPoller | PageCrawler | Cursors | ReferenceSync | SqlClient
 
-type JobsOf = (client: CrmClientShape) => Effect.Effect<ReadonlyArray<ScheduledJob>, never, JobServices>
+export type JobsOf = (client: CrmClientShape) => Effect.Effect<ReadonlyArray<ScheduledJob>, never, JobServices>
 
 /** A scheduler (Scheduler.ts: one pool of `sync.workers`) of the jobs `kinds` make for every connection. */
 const scheduled = (...kinds: ReadonlyArray<JobsOf>) =>
@@ -218,53 +187,10 @@ export const CrawlSchedulerLive = scheduled(crawlJobs)
 export const ReferenceSchedulerLive = scheduled(referenceJobs)
 
 /**
- * The daemon's one scheduler: every connection's poll, crawls, reference refresh and (OAuth)
- * subscription check on one pool of `sync.workers` workers.
+ * The daemon's one scheduler: every connection's poll, crawls and reference refresh, and the jobs
+ * `extra` makes (the daemon adds the OAuth subscription check), on one pool of `sync.workers` workers.
  */
-export const SchedulerLive = scheduled(pollJobs, crawlJobs, referenceJobs, subscriptionJobs)
-
-/**
- * The subscription check of a connection whose grant this process just found refused, at once
- * rather than at the next daily check: the CRM removed the subscription with the grant, and the
- * check records it `unreachable`, so `crm_sync_webhook_subscription_ok` turns 0 now.
- */
-export const recheckOnRefusal = (
-  oauth: ReadonlyArray<CrmClientShape>,
-  refusals: PubSub.Subscription<string>
-): Effect.Effect<never, never, SqlClient> =>
-  Effect.gen(function* () {
-    const sql = yield* SqlClient
-    while (true) {
-      const name = yield* PubSub.take(refusals)
-      const client = oauth.find((candidate) => candidate.connection.name === name)
-      if (client === undefined) continue
-      yield* Subscriptions.check(client).pipe(
-        Effect.provideService(SqlClient, sql),
-        Effect.tap((checked) =>
-          checked.state === "skipped"
-            ? Effect.void
-            : Metrics.set(Metrics.webhookSubscriptionOk, checked.state === "present" ? 1 : 0, { connection: name })
-        ),
-        Effect.catch((error) =>
-          Effect.logWarning("webhook subscription: the re-check after a refused grant failed").pipe(
-            Effect.annotateLogs({ connection: name, error: error.message })
-          )
-        )
-      )
-    }
-  })
-
-/**
- * The re-check of an OAuth connection's webhook subscription as soon as this process finds its
- * grant refused (the scheduled checks run on the scheduler).
- */
-export const SubscriptionRecheckLive = Layer.effectDiscard(
-  Effect.gen(function* () {
-    const oauth = (yield* clients).filter((client) => client.connection.credential === "oauth")
-    const refusals = yield* (yield* Credentials).refusals
-    yield* Effect.forkScoped(recheckOnRefusal(oauth, refusals))
-  })
-).pipe(Layer.provide(SyncServicesLive))
+export const schedulerWith = (extra: ReadonlyArray<JobsOf>) => scheduled(pollJobs, crawlJobs, referenceJobs, ...extra)
 
 /**
  * One sweep for runs whose holder died: every lease that `running` runs were taken under is tried;
@@ -338,10 +264,8 @@ export const HistoryPruneLive = Layer.effectDiscard(
 ).pipe(Layer.provide(SyncServicesLive))
 
 /**
- * All read-sync jobs of the daemon (one scheduler), the re-check of a refused grant's subscription,
- * the orphan sweep and the history prune. The re-check is built first: it listens for refusals
- * before any job runs, so none found meanwhile is missed.
+ * All read-sync jobs of the daemon with the jobs `extra` makes (one scheduler), the orphan sweep and
+ * the history prune.
  */
-export const SyncJobsLive = Layer.mergeAll(SchedulerLive, OrphanSweepLive, HistoryPruneLive).pipe(
-  Layer.provide(SubscriptionRecheckLive)
-)
+export const syncJobsWith = (extra: ReadonlyArray<JobsOf>) =>
+  Layer.mergeAll(schedulerWith(extra), OrphanSweepLive, HistoryPruneLive)

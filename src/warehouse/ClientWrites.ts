@@ -19,7 +19,7 @@ import type { SqlClient } from "effect/sql/SqlClient"
 import * as BatchSql from "./BatchSql.ts"
 import { type Decoded, type Rejected, rawOf } from "./Rows.ts"
 import { type Source, Tables } from "./Tables.ts"
-import type { UpsertResult } from "./Warehouse.ts"
+import type { UpsertResult } from "./WarehouseTypes.ts"
 import { toWarehouseError } from "./WarehouseError.ts"
 
 /** One client delivery: its record as received, with its first signed time and changed fields. */

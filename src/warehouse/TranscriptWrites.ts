@@ -14,7 +14,7 @@ import * as Effect from "effect/Effect"
 import type { SqlClient } from "effect/sql/SqlClient"
 import { isObject } from "./Rows.ts"
 import type { Source } from "./Tables.ts"
-import type { TranscriptRead, UpsertResult } from "./Warehouse.ts"
+import type { TranscriptRead, UpsertResult } from "./WarehouseTypes.ts"
 import { toWarehouseError, type WarehouseError } from "./WarehouseError.ts"
 
 /**

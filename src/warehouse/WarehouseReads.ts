@@ -9,7 +9,7 @@ import * as Result from "effect/Result"
 import type { SqlClient } from "effect/sql/SqlClient"
 import { type AnyTable, decoderOf } from "./Rows.ts"
 import { type Resource, type ResourceRecord, type Row, type Source, Tables } from "./Tables.ts"
-import type { KnownRecord, ListedState, StoredRecord, UndecodableRecord } from "./Warehouse.ts"
+import type { KnownRecord, ListedState, StoredRecord, UndecodableRecord } from "./WarehouseTypes.ts"
 import { toWarehouseError } from "./WarehouseError.ts"
 
 export const compareListed = (sql: SqlClient) =>

@@ -25,7 +25,7 @@ import {
   type Rejected
 } from "./Rows.ts"
 import { type ReferenceResource, type Resource, type Source, Tables } from "./Tables.ts"
-import type { ClientChange, Prepared, ReferenceLedger, UpsertResult, WriteOptions } from "./Warehouse.ts"
+import type { ClientChange, Prepared, ReferenceLedger, UpsertResult, WriteOptions } from "./WarehouseTypes.ts"
 import { describeRefusal, isRecordLevel, toWarehouseError } from "./WarehouseError.ts"
 
 /** How many records go into one transaction; larger inputs are written chunk by chunk. */

@@ -1,6 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import { type PlanInput, planConnection, sharedFinishTimes } from "../../src/budget/Plan.ts"
-import { runsPerDay } from "../../src/observability/PlanReport.ts"
+import { runsPerDay } from "../../src/admin/PlanReport.ts"
 
 const HOUR = 3_600_000
 

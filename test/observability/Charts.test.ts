@@ -13,7 +13,7 @@ import {
   type RunStrips,
   runsChart,
   timeAgo
-} from "../../src/observability/Charts.ts"
+} from "../../src/admin/Charts.ts"
 
 const NOW = Date.parse("2026-12-01T12:30:20Z")
 const MINUTE = 60_000

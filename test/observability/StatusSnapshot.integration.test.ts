@@ -6,7 +6,7 @@
 import { assert, layer } from "@effect/vitest"
 import { Effect, Layer } from "effect"
 import { AppConfig } from "../../src/config/AppConfig.ts"
-import { StatusSnapshot } from "../../src/observability/StatusReport.ts"
+import { StatusSnapshot } from "../../src/admin/StatusReport.ts"
 import { DatabaseInfo } from "../../src/warehouse/Database.ts"
 import { TestDatabase } from "../support/TestDatabase.ts"
 

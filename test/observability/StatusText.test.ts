@@ -1,6 +1,6 @@
 /** `crm-sync status` as text: what a user reads when the config names no connection; the budget's buckets. */
 import { assert, describe, it } from "@effect/vitest"
-import { renderStatus, type StatusReport } from "../../src/observability/StatusReport.ts"
+import { renderStatus, type StatusReport } from "../../src/admin/StatusReport.ts"
 
 const report = (jobs: StatusReport["last_jobs"]): StatusReport => ({
   generated_at: "2026-11-26T03:00:00.000Z",

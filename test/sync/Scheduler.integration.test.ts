@@ -11,7 +11,8 @@ import { Duration, Effect, Exit, Layer, Scope } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
 import { offerHandoff } from "../../src/budget/Handoff.ts"
 import { runScheduler, type ScheduledJob } from "../../src/sync/Scheduler.ts"
-import { BusinessPollerLive, SyncJobsLive } from "../../src/sync/SyncJobs.ts"
+import { SyncJobsLive } from "../../src/cli/DaemonJobs.ts"
+import { BusinessPollerLive } from "../../src/sync/SyncJobs.ts"
 import { harness } from "./harness.ts"
 
 const options = { timeout: 240_000, excludeTestServices: true } as const

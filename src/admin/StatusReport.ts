@@ -32,7 +32,7 @@ import {
   type HealthSummary,
   summarize as summarizeHealth
 } from "./ConnectionHealth.ts"
-import { formatDuration } from "./Text.ts"
+import { formatDuration } from "../observability/Text.ts"
 
 export interface ResourceStatus {
   readonly rows: number

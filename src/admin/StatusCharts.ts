@@ -20,7 +20,7 @@ import { JobNames } from "../sync/SyncJobs.ts"
 import { eventsPerMinute } from "../webhooks/WebhookInbox.ts"
 import type { BucketSeries, EventSeries, ResourceFreshness, RunSlot, RunStrips } from "./Charts.ts"
 import { scheduledJobs } from "./LagState.ts"
-import { oneLine } from "./Text.ts"
+import { oneLine } from "../observability/Text.ts"
 import type { StatusReport } from "./StatusReport.ts"
 
 export interface ChartData {

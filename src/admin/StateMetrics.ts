@@ -12,7 +12,7 @@ import * as Schedule from "effect/Schedule"
 import { AppConfig } from "../config/AppConfig.ts"
 import { DatabaseInfo } from "../warehouse/Database.ts"
 import { Resources } from "../warehouse/Warehouse.ts"
-import * as Metrics from "./Metrics.ts"
+import * as Metrics from "../observability/Metrics.ts"
 import { lagState } from "./LagState.ts"
 import { statusReport } from "./StatusReport.ts"
 

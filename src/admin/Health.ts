@@ -19,7 +19,7 @@ import { SqlClient } from "effect/sql/SqlClient"
 import { AppConfig } from "../config/AppConfig.ts"
 import { Credentials } from "../crm/Credentials.ts"
 import { DatabaseInfo } from "../warehouse/Database.ts"
-import { oneLine } from "./Text.ts"
+import { oneLine } from "../observability/Text.ts"
 
 const READINESS_TIMEOUT = Duration.seconds(2)
 

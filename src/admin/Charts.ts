@@ -6,7 +6,7 @@
  * shape or a word beside it (a dashed line, a tick's height, "late"), so the charts read in grey
  * too; every time is "3 min ago" with the exact time on hover. Names are escaped: they are data.
  */
-import { formatDuration } from "./Text.ts"
+import { formatDuration } from "../observability/Text.ts"
 
 /** Text safe inside HTML and SVG elements and attribute values. */
 export const escapeHtml = (text: string): string => text.replace(/[&<>"']/g, (char) => `&#${char.charCodeAt(0)};`)

@@ -15,7 +15,7 @@ import * as Effect from "effect/Effect"
 import type { AppConfigShape } from "../config/AppConfig.ts"
 import { jobStates } from "../sync/JobRuns.ts"
 import { scheduledJobs, stateHorizon } from "./LagState.ts"
-import { formatDuration } from "./Text.ts"
+import { formatDuration } from "../observability/Text.ts"
 
 export type HealthState = "needs_reauthorization" | "failing" | "late" | "not_synced" | "healthy"
 

@@ -22,7 +22,7 @@ import { bucketChart, escapeHtml, eventsChart, freshnessChart, runsChart, timeAg
 import type { ConnectionHealth } from "./ConnectionHealth.ts"
 import { BUCKETS_CHARTED, type ChartData, fullest } from "./StatusCharts.ts"
 import { forConnection, gapLines, refusalLines, type StatusReport } from "./StatusReport.ts"
-import { formatDuration } from "./Text.ts"
+import { formatDuration } from "../observability/Text.ts"
 
 export interface StatusDetails {
   readonly now: string
