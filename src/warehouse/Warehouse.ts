@@ -16,6 +16,7 @@ import * as Result from "effect/Result"
 import { SqlClient } from "effect/sql/SqlClient"
 import { isSqlError } from "effect/sql/SqlError"
 import { type ClientDelivery, type DecodedClient, decodedClient, writeClients } from "./ClientWrites.ts"
+import { HistorySettings, keeps } from "./History.ts"
 import {
   type AnyTable,
   type Decoded,
@@ -374,10 +375,11 @@ export class Warehouse extends Context.Service<
     Warehouse,
     Effect.gen(function* () {
       const sql = yield* SqlClient
-      const write = Writes.write(sql)
-      const clients = writeClients(sql)
+      const history = yield* HistorySettings
+      const write = Writes.write(sql, history)
+      const clients = writeClients(sql, keeps(history, "clients"))
       const row = Reads.row(sql)
-      const markDeleted = Writes.markDeleted(sql)
+      const markDeleted = Writes.markDeleted(sql, history)
       const retireTranscripts = Transcripts.retireTranscripts(sql)
       const writeTranscripts = Transcripts.writeTranscripts(
         sql,
@@ -411,7 +413,7 @@ export class Warehouse extends Context.Service<
               ),
         readStarted: Transcripts.readStarted(sql),
         writeTranscripts: (reads, options) => writeTranscripts(reads, options.source),
-        undelete: Writes.undelete(sql),
+        undelete: Writes.undelete(sql, history),
         recordClientChange: Writes.recordClientChange(sql),
         recordClientChanges: Writes.recordClientChanges(sql),
         keepNoteHouseholds: Writes.keepNoteHouseholds(sql),
