@@ -14,8 +14,11 @@
  *   is new there.
  */
 import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import type { SqlClient } from "effect/sql/SqlClient"
+import { AppConfig } from "../config/AppConfig.ts"
 import { recordInput } from "./BatchSql.ts"
 import type { AnyTable, Decoded } from "./Rows.ts"
 import { type PgType, type Resource, type Source, Tables } from "./Tables.ts"
@@ -37,6 +40,12 @@ export const isHistoryResource = (resource: string): resource is HistoryResource
 export const HistorySettings = Context.Reference<{ readonly resources: ReadonlySet<Resource> }>(
   "crm-sync/warehouse/HistorySettings",
   { defaultValue: () => ({ resources: new Set<Resource>(HistoryResources) }) }
+)
+
+/** The settings from the config's `history.resources`. */
+export const historyFromConfig = Layer.effect(
+  HistorySettings,
+  Effect.map(AppConfig, (config) => ({ resources: new Set<Resource>(config.history.resources) }))
 )
 
 const quote = (identifier: string) => `"${identifier}"`
@@ -218,3 +227,35 @@ export const placeLateSnapshots = Effect.fnUntraced(function* (
     yield* sql.unsafe(statement("placeLate", Tables[resource] as AnyTable), [rows, source])
   }
 })
+
+/** Versions deleted by one statement of `prune`: a large backlog never holds one long delete. */
+const PRUNE_SLICE = 5000
+
+/**
+ * Deletes the versions that ended (`valid_to`) longer than `retention` ago, every history table,
+ * a slice at a time (as the job history is pruned). The chains stay whole: what remains of one
+ * starts with the version that was valid at the cut.
+ */
+export const prune = (sql: SqlClient) =>
+  Effect.fn("Warehouse.pruneHistory")(function* (retention: Duration.Duration) {
+    let total = 0
+    for (const resource of HistoryResources) {
+      const h = `crm_history.${quote(resource)}`
+      while (true) {
+        const [row] = yield* sql.unsafe<{ n: number }>(
+          `WITH gone AS (
+  DELETE FROM ${h} WHERE ctid IN (
+    SELECT ctid FROM ${h}
+    WHERE "valid_to" IS NOT NULL AND "valid_to" < now() - $1::float8 * interval '1 millisecond'
+    ORDER BY "valid_to" LIMIT ${PRUNE_SLICE})
+  RETURNING 1)
+SELECT count(*)::int AS n FROM gone`,
+          [Duration.toMillis(retention)]
+        )
+        const deleted = row?.n ?? 0
+        total += deleted
+        if (deleted < PRUNE_SLICE) break
+      }
+    }
+    return total
+  })

@@ -9,6 +9,7 @@
  */
 import * as Context from "effect/Context"
 import * as DateTime from "effect/DateTime"
+import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
@@ -16,6 +17,7 @@ import * as Result from "effect/Result"
 import { SqlClient } from "effect/sql/SqlClient"
 import { isSqlError } from "effect/sql/SqlError"
 import { type ClientDelivery, type DecodedClient, decodedClient, writeClients } from "./ClientWrites.ts"
+import * as History from "./History.ts"
 import { HistorySettings, keeps } from "./History.ts"
 import {
   type AnyTable,
@@ -30,7 +32,7 @@ import {
 } from "./Rows.ts"
 import { type ReferenceResource, type Resource, type ResourceRecord, type Row, type Source, Tables } from "./Tables.ts"
 import * as Transcripts from "./TranscriptWrites.ts"
-import { isRecordLevel, type WarehouseError } from "./WarehouseError.ts"
+import { isRecordLevel, toWarehouseError, type WarehouseError } from "./WarehouseError.ts"
 import * as Reads from "./WarehouseReads.ts"
 import * as Writes from "./WarehouseWrites.ts"
 
@@ -367,6 +369,11 @@ export class Warehouse extends Context.Service<
     ) => Effect.Effect<Option.Option<StoredRecord<R>>, WarehouseError>
     /** One stored row, every column as the driver returns it (for checks and tools). */
     readonly row: (resource: Resource, id: string) => Effect.Effect<Option.Option<Row>, WarehouseError>
+    /**
+     * Deletes the history's versions that ended longer than `retention` ago (config
+     * `history.retention`), a slice at a time; returns how many went.
+     */
+    readonly pruneHistory: (retention: Duration.Duration) => Effect.Effect<number, WarehouseError>
     /** The stored undecodable records, newest first (of one resource, or all). */
     readonly undecodable: (resource?: Resource) => Effect.Effect<ReadonlyArray<UndecodableRecord>, WarehouseError>
   }
@@ -423,7 +430,9 @@ export class Warehouse extends Context.Service<
         count: Reads.count(sql),
         findById: Reads.findById(row),
         row,
-        undecodable: Reads.undecodable(sql)
+        undecodable: Reads.undecodable(sql),
+        pruneHistory: (retention) =>
+          History.prune(sql)(retention).pipe(Effect.mapError(toWarehouseError("pruneHistory", "crm_history")))
       })
     })
   )

@@ -5,7 +5,7 @@
  * version equal to the current row; the as-of functions and the daily balance view read it.
  */
 import { assert, layer } from "@effect/vitest"
-import { DateTime, Effect, Layer } from "effect"
+import { DateTime, Duration, Effect, Layer } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
 import { HistorySettings } from "../../src/warehouse/History.ts"
 import { Warehouse } from "../../src/warehouse/Warehouse.ts"
@@ -219,6 +219,21 @@ layer(TestWarehouse)("History", (it) => {
       )
       for (const table of ["businesses", "households", "clients"])
         assert.deepStrictEqual(yield* chainProblems(table), [])
+    })
+  )
+
+  it.effect("prunes the versions that ended before the retention, and keeps the chains whole", () =>
+    Effect.gen(function* () {
+      const warehouse = yield* Warehouse
+      const write = (records: ReadonlyArray<JsonObject>) =>
+        warehouse.upsert("financial_accounts", records, { source: "crawl" })
+      yield* write([account("fa_prune", "2020-01-01T00:00:00Z", 1)])
+      yield* write([account("fa_prune", "2020-02-01T00:00:00Z", 2)])
+      yield* write([account("fa_prune", "2020-03-01T00:00:00Z", 3)])
+      const pruned = yield* warehouse.pruneHistory(Duration.days(30))
+      assert.isAtLeast(pruned, 2)
+      assert.deepStrictEqual(yield* balances("fa_prune"), ["3"])
+      assert.deepStrictEqual(yield* chainProblems("financial_accounts"), [])
     })
   )
 
