@@ -38,12 +38,19 @@ export interface Catalog {
   readonly references: ReadonlyArray<CatalogReference>
 }
 
-/** Schema `crm` as the database describes it. */
+/**
+ * A table's name in the diagram: its own for schema `crm`, `history_<table>` for schema
+ * `crm_history` (Mermaid's entity names take no dot).
+ */
+const NAME = `CASE WHEN c.relnamespace = 'crm'::regnamespace THEN c.relname ELSE 'history_' || c.relname END`
+const SCHEMAS = `c.relnamespace IN ('crm'::regnamespace, 'crm_history'::regnamespace)`
+
+/** Schemas `crm` and `crm_history` as the database describes them. */
 export const readCatalog = Effect.gen(function* () {
   const sql = yield* SqlClient
   const tables = yield* sql<{ name: string; comment: string | null }>`
-    SELECT c.relname AS name, obj_description(c.oid, 'pg_class') AS comment
-    FROM pg_class c WHERE c.relnamespace = 'crm'::regnamespace AND c.relkind = 'r' ORDER BY c.relname`
+    SELECT ${sql.literal(NAME)} AS name, obj_description(c.oid, 'pg_class') AS comment
+    FROM pg_class c WHERE ${sql.literal(SCHEMAS)} AND c.relkind = 'r' ORDER BY c.relnamespace, c.relname`
   const columns = yield* sql<{
     table: string
     column: string
@@ -52,13 +59,13 @@ export const readCatalog = Effect.gen(function* () {
     comment: string | null
     primary_key: boolean
   }>`
-    SELECT c.relname AS table, a.attname AS column, format_type(a.atttypid, a.atttypmod) AS type,
+    SELECT ${sql.literal(NAME)} AS table, a.attname AS column, format_type(a.atttypid, a.atttypmod) AS type,
            NOT a.attnotnull AS nullable, col_description(c.oid, a.attnum) AS comment,
            EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conrelid = c.oid AND k.contype = 'p'
                    AND a.attnum = ANY (k.conkey)) AS primary_key
     FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid
-    WHERE c.relnamespace = 'crm'::regnamespace AND c.relkind = 'r' AND a.attnum > 0 AND NOT a.attisdropped
-    ORDER BY c.relname, a.attnum`
+    WHERE ${sql.literal(SCHEMAS)} AND c.relkind = 'r' AND a.attnum > 0 AND NOT a.attisdropped
+    ORDER BY c.relnamespace, c.relname, a.attnum`
   const references = yield* sql<{ child: string; column: string; parent: string }>`
     SELECT c.relname AS child, a.attname AS column, p.relname AS parent
     FROM pg_constraint k
@@ -100,7 +107,8 @@ export const renderErd = (catalog: Catalog): string => {
   }
   lines.push("```", "", "| table | what it holds |", "| --- | --- |")
   for (const table of catalog.tables) {
-    lines.push(`| \`crm.${table.name}\` | ${(table.comment ?? "").replace(/\|/g, "\\|")} |`)
+    const qualified = table.name.startsWith("history_") ? `crm_history.${table.name.slice(8)}` : `crm.${table.name}`
+    lines.push(`| \`${qualified}\` | ${(table.comment ?? "").replace(/\|/g, "\\|")} |`)
   }
   return lines.join("\n")
 }
