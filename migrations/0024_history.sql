@@ -167,6 +167,12 @@ CREATE INDEX businesses_valid ON crm_history.businesses USING gist (tstzrange(va
 CREATE INDEX clients_valid ON crm_history.clients USING gist (tstzrange(valid_from, valid_to));
 CREATE INDEX financial_accounts_valid ON crm_history.financial_accounts USING gist (tstzrange(valid_from, valid_to));
 CREATE INDEX households_valid ON crm_history.households USING gist (tstzrange(valid_from, valid_to));
+-- Status counts the versions written in the last day (a BRIN index: synced_at grows with the table).
+CREATE INDEX annuity_contracts_synced ON crm_history.annuity_contracts USING brin (synced_at);
+CREATE INDEX businesses_synced ON crm_history.businesses USING brin (synced_at);
+CREATE INDEX clients_synced ON crm_history.clients USING brin (synced_at);
+CREATE INDEX financial_accounts_synced ON crm_history.financial_accounts USING brin (synced_at);
+CREATE INDEX households_synced ON crm_history.households USING brin (synced_at);
 -- Retention prunes closed versions by valid_to.
 CREATE INDEX annuity_contracts_closed ON crm_history.annuity_contracts (valid_to) WHERE valid_to IS NOT NULL;
 CREATE INDEX businesses_closed ON crm_history.businesses (valid_to) WHERE valid_to IS NOT NULL;

@@ -13,6 +13,7 @@ import { UsageError, withBase } from "./Base.ts"
 
 const statusModule = () => import("../observability/StatusReport.ts")
 const planModule = () => import("../observability/PlanReport.ts")
+const historyModule = () => import("../warehouse/History.ts")
 const outboxModule = () => import("../outbound/Outbox.ts")
 const processorModule = () => import("../webhooks/EventProcessor.ts")
 const inboxModule = () => import("../webhooks/WebhookInbox.ts")
@@ -54,8 +55,19 @@ export const plan = (input: { readonly json: boolean }) =>
   Effect.gen(function* () {
     const { planReport, renderPlan } = yield* Effect.promise(planModule)
     const plans = yield* planReport(yield* AppConfig)
+    const { historyStats } = yield* Effect.promise(historyModule)
+    // The history's growth: versions written in the last day, per resource (docs/history.md).
+    const history = Object.fromEntries((yield* historyStats).map((row) => [row.resource, row.last_day]))
     yield* Console.log(
-      input.json ? JSON.stringify({ generated_at: new Date().toISOString(), connections: plans }) : renderPlan(plans)
+      input.json
+        ? JSON.stringify({
+            generated_at: new Date().toISOString(),
+            connections: plans,
+            history_versions_per_day: history
+          })
+        : `${renderPlan(plans)}\nhistory: versions written in the last day: ${Object.entries(history)
+            .map(([resource, n]) => `${resource} ${n}`)
+            .join(", ")}`
     )
   }).pipe(Effect.provide(MigratedDatabase), withBase)
 

@@ -247,7 +247,8 @@ const resourceRows = (report: StatusReport, now: string) =>
   Object.entries(report.resources).map(([name, resource]) => {
     const since = secondsSince(now, resource.last_sync)
     return `<tr><td>${e(name)}</td><td class="n">${resource.rows - resource.deleted}</td><td class="n">${resource.deleted}</td>
-      <td>${e(resource.last_sync)}</td><td class="n">${since === null ? "—" : age(since)}</td><td>${e(resource.cursor)}</td></tr>`
+      <td>${e(resource.last_sync)}</td><td class="n">${since === null ? "—" : age(since)}</td><td>${e(resource.cursor)}</td>
+      <td class="n">${resource.history?.versions ?? "—"}</td><td class="n">${resource.history?.last_day ?? "—"}</td></tr>`
   })
 
 const fullness = (bucket: StatusReport["buckets"][number]) => (bucket.limit > 0 ? bucket.used / bucket.limit : 0)
@@ -288,7 +289,7 @@ ${summaryBlock(report)}
 ${alerts(view.connection === undefined ? report : forConnection(report, view.connection)).join("\n")}
 ${connectionsSection(report, details, view)}
 <h2>Warehouse</h2>
-${table(["resource", "rows", "deleted", "last write", "age", "cursor"], resourceRows(report, details.now), "No tables.")}
+${table(["resource", "rows", "deleted", "last write", "age", "cursor", "versions", "versions/day"], resourceRows(report, details.now), "No tables.")}
 <h2>Rate budget</h2>
 ${table(["bucket", "scope", "used this window", "resets"], bucketRows(budget.buckets), "No request sent yet.")}
 ${budget.note}

@@ -17,7 +17,7 @@ import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import type { SqlClient } from "effect/sql/SqlClient"
+import { SqlClient } from "effect/sql/SqlClient"
 import { AppConfig } from "../config/AppConfig.ts"
 import { recordInput } from "./BatchSql.ts"
 import type { AnyTable, Decoded } from "./Rows.ts"
@@ -259,3 +259,29 @@ SELECT count(*)::int AS n FROM gone`,
     }
     return total
   })
+
+/** Below this many versions (PostgreSQL's estimate) a table's versions are counted exactly. */
+const COUNTED_UP_TO = 100_000
+
+/**
+ * Each history table's versions (exact up to COUNTED_UP_TO, then PostgreSQL's estimate, so that
+ * the status page stays cheap on a large history) and how many were written in the last day.
+ */
+export const historyStats = Effect.gen(function* () {
+  const sql = yield* SqlClient
+  const stats: Array<{ resource: HistoryResource; versions: number; last_day: number }> = []
+  for (const resource of HistoryResources) {
+    const h = `crm_history.${quote(resource)}`
+    const [row] = yield* sql.unsafe<{ estimate: number; last_day: number }>(
+      `SELECT (SELECT reltuples FROM pg_class WHERE oid = '${h}'::regclass)::float8 AS estimate,
+  (SELECT count(*)::int FROM ${h} WHERE "synced_at" > now() - interval '1 day') AS last_day`
+    )
+    const estimate = row?.estimate ?? -1
+    const versions =
+      estimate >= 0 && estimate > COUNTED_UP_TO
+        ? Math.round(estimate)
+        : ((yield* sql.unsafe<{ n: number }>(`SELECT count(*)::int AS n FROM ${h}`))[0]?.n ?? 0)
+    stats.push({ resource, versions, last_day: row?.last_day ?? 0 })
+  }
+  return stats
+})

@@ -7,7 +7,7 @@
 import { assert, layer } from "@effect/vitest"
 import { DateTime, Duration, Effect, Layer } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
-import { HistorySettings } from "../../src/warehouse/History.ts"
+import { HistorySettings, historyStats } from "../../src/warehouse/History.ts"
 import { Warehouse } from "../../src/warehouse/Warehouse.ts"
 import { type JsonObject, resourceFixture } from "../fixtures/Fixtures.ts"
 import { TestDatabase } from "../support/TestDatabase.ts"
@@ -219,6 +219,28 @@ layer(TestWarehouse)("History", (it) => {
       )
       for (const table of ["businesses", "households", "clients"])
         assert.deepStrictEqual(yield* chainProblems(table), [])
+    })
+  )
+
+  it.effect("counts each resource's versions, and those written in the last day, for status", () =>
+    Effect.gen(function* () {
+      const warehouse = yield* Warehouse
+      const sql = yield* SqlClient
+      yield* warehouse.upsert("financial_accounts", [account("fa_stats", "2026-05-01T00:00:00Z", 1)], {
+        source: "crawl"
+      })
+      const [count] = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM crm_history.financial_accounts`
+      const stats = yield* historyStats
+      const accounts = stats.find((row) => row.resource === "financial_accounts")
+      assert.strictEqual(accounts?.versions, count?.n)
+      assert.strictEqual(accounts?.last_day, count?.n)
+      assert.deepStrictEqual(stats.map((row) => row.resource).toSorted(), [
+        "annuity_contracts",
+        "businesses",
+        "clients",
+        "financial_accounts",
+        "households"
+      ])
     })
   )
 
