@@ -204,7 +204,9 @@ $$;
 
 -- One row per account and UTC day from the day of its first version to today: the last version
 -- of the day (carried forward over days without one); days on which the account stood deleted
--- at the day's end are left out. Filter on financial_account_id (pushed down to the primary key).
+-- at the day's end are left out. Driven by crm.financial_accounts (every account with a version
+-- has a row there), so a filter on financial_account_id, or on the accounts of a household through
+-- crm.financial_accounts, reaches its indexes; each day is one probe of the primary key.
 CREATE VIEW crm_history.financial_account_balances_daily AS
 SELECT a.id AS financial_account_id,
        d.day::date AS day,
@@ -213,9 +215,13 @@ SELECT a.id AS financial_account_id,
        v.balance_in_cents,
        v.balance_as_of,
        v.valid_from AS version_valid_from
-FROM (SELECT id, min(valid_from) AS first_from FROM crm_history.financial_accounts GROUP BY id) AS a
+FROM crm.financial_accounts AS a
+CROSS JOIN LATERAL (
+  SELECT f.valid_from AS first_from FROM crm_history.financial_accounts AS f
+  WHERE f.id = a.id ORDER BY f.valid_from LIMIT 1
+) AS first
 CROSS JOIN LATERAL generate_series(
-  date_trunc('day', a.first_from AT TIME ZONE 'UTC'),
+  date_trunc('day', first.first_from AT TIME ZONE 'UTC'),
   date_trunc('day', now() AT TIME ZONE 'UTC'),
   interval '1 day'
 ) AS d(day)
