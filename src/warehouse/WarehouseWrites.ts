@@ -14,7 +14,7 @@ import type { SqlError } from "effect/sql/SqlError"
 import * as BatchSql from "./BatchSql.ts"
 import type { WriteOutcome } from "./BatchSql.ts"
 import { replaceChildren, type Written } from "./ChildLists.ts"
-import { followRows, isHistoryResource, keeps, placeLateSnapshots } from "./History.ts"
+import { followed, followRows, isHistoryResource, keeps, placeLateSnapshots } from "./History.ts"
 import {
   type AnyTable,
   type Decoded,
@@ -59,21 +59,30 @@ const chunks = <A>(items: ReadonlyArray<A>, size: number): ReadonlyArray<Readonl
   return out
 }
 
-/** The statement that writes a table's rows: built once per table (the tables never change). */
-const statements = new Map<AnyTable, string>()
-const writeStatement = (table: AnyTable) => {
-  let held = statements.get(table)
+/**
+ * The statement that writes a table's rows: built once per table (the tables never change), and
+ * once more with its history written in the same statement (`follows`, History.ts `followed`).
+ */
+const statements = new Map<string, string>()
+const writeStatement = (table: AnyTable, follows = false) => {
+  const key = `${table.table}:${follows}`
+  let held = statements.get(key)
   if (held === undefined) {
-    held = table.kind === "record" ? BatchSql.upsertRecords(table) : BatchSql.mergeReferences(table)
-    statements.set(table, held)
+    held =
+      table.kind === "record"
+        ? BatchSql.upsertRecords(table, follows ? followed(table) : undefined)
+        : BatchSql.mergeReferences(table)
+    statements.set(key, held)
   }
   return held
 }
 
-const inserts = new Map<AnyTable, string>()
-const insertStatement = (table: AnyTable) => {
-  let held = inserts.get(table)
-  if (held === undefined) inserts.set(table, (held = BatchSql.insertRecords(table)))
+const inserts = new Map<string, string>()
+const insertStatement = (table: AnyTable, follows: boolean) => {
+  const key = `${table.table}:${follows}`
+  let held = inserts.get(key)
+  if (held === undefined)
+    inserts.set(key, (held = BatchSql.insertRecords(table, follows ? followed(table) : undefined)))
   return held
 }
 
@@ -123,6 +132,8 @@ interface ParentOutcome {
   readonly id: string
   readonly outcome: WriteOutcome
   readonly changed_lists?: ReadonlyArray<string>
+  /** With its history written in the same statement: written into a deleted row (History.ts `follow`). */
+  readonly into_deleted?: boolean
 }
 
 /**
@@ -134,12 +145,17 @@ const writeWithoutChildren = Effect.fnUntraced(function* (
   table: AnyTable,
   items: ReadonlyArray<Decoded>,
   rows: string,
-  source: Source
+  source: Source,
+  follows: boolean
 ) {
-  const written = yield* sql.unsafe<{ id: string; inserted: boolean }>(insertStatement(table), [rows, source])
-  const outcomes: Array<{ id: string; outcome: WriteOutcome }> = written.map((row) => ({
+  const written = yield* sql.unsafe<{ id: string; inserted: boolean; into_deleted?: boolean }>(
+    insertStatement(table, follows),
+    [rows, source]
+  )
+  const outcomes: Array<ParentOutcome> = written.map((row) => ({
     id: row.id,
-    outcome: row.inserted ? "inserted" : "updated"
+    outcome: row.inserted ? "inserted" : "updated",
+    into_deleted: row.into_deleted === true
   }))
   if (written.length === items.length) return outcomes
   const done = new Set(written.map((row) => row.id))
@@ -158,7 +174,8 @@ const writeParents = Effect.fnUntraced(function* (
   sql: SqlClient,
   table: AnyTable,
   items: ReadonlyArray<Decoded>,
-  source: Source
+  source: Source,
+  follows: boolean
 ) {
   const rows = `[${items.map((item) => item.json).join(",")}]`
   if (table.kind === "record" && table.children.length > 0) {
@@ -166,8 +183,8 @@ const writeParents = Effect.fnUntraced(function* (
   }
   const outcomes: ReadonlyArray<ParentOutcome> =
     table.kind === "record" && table.children.length === 0
-      ? yield* writeWithoutChildren(sql, table, items, rows, source)
-      : yield* sql.unsafe<ParentOutcome>(writeStatement(table), [rows, source])
+      ? yield* writeWithoutChildren(sql, table, items, rows, source, follows)
+      : yield* sql.unsafe<ParentOutcome>(writeStatement(table, follows), [rows, source])
   return outcomes
 })
 
@@ -175,11 +192,11 @@ const idsWritten = (outcomes: ReadonlyArray<ParentOutcome>) =>
   outcomes.filter(({ outcome }) => outcome === "inserted" || outcome === "updated").map(({ id }) => id)
 
 /**
- * The history of a chunk (History.ts), after its parents: versions for the records written, and
- * the snapshots the current table refused (older than the row, older copies in the same batch,
- * or written into a deleted row) put into the middle of their chains.
+ * The rest of a chunk's history (History.ts), after its parents wrote the versions of the records
+ * written: the snapshots the current table refused (older than the row, older copies in the same
+ * batch) or wrote into a deleted row, put into the middle of their chains.
  */
-const writeHistory = Effect.fnUntraced(function* (
+const placeRefused = Effect.fnUntraced(function* (
   sql: SqlClient,
   resource: Resource,
   items: ReadonlyArray<Decoded>,
@@ -189,9 +206,10 @@ const writeHistory = Effect.fnUntraced(function* (
 ) {
   if (!isHistoryResource(resource)) return
   const history = resource
-  const intoDeleted = new Set(yield* followRows(sql, history, idsWritten(outcomes), source))
-  const refused = new Set(outcomes.filter(({ outcome }) => outcome === "skipped").map(({ id }) => id))
-  const late = items.filter((item) => refused.has(item.id) || intoDeleted.has(item.id))
+  const refused = new Set(
+    outcomes.filter(({ outcome, into_deleted }) => outcome === "skipped" || into_deleted === true).map(({ id }) => id)
+  )
+  const late = items.filter((item) => refused.has(item.id))
   if (dropped.size > 0) for (const item of items) late.push(...(dropped.get(item.id) ?? []))
   if (late.length > 0) yield* placeLateSnapshots(sql, history, late, source)
 })
@@ -227,12 +245,11 @@ const writeChunk = (
 ) =>
   (options.isolate === false ? identity : sql.withTransaction)(
     Effect.gen(function* () {
-      const outcomes = yield* writeParents(sql, table, items, options.source)
-      const { counts, written } = writtenOf(items, outcomes)
       const resource = table.table as Resource
-      if (table.kind === "record" && keeps(history, resource)) {
-        yield* writeHistory(sql, resource, items, outcomes, dropped, options.source)
-      }
+      const follows = table.kind === "record" && keeps(history, resource)
+      const outcomes = yield* writeParents(sql, table, items, options.source, follows)
+      const { counts, written } = writtenOf(items, outcomes)
+      if (follows) yield* placeRefused(sql, resource, items, outcomes, dropped, options.source)
       if (written.length === 0) return { counts, references: [] }
       yield* replaceChildren(sql, table, written)
       const references = yield* mergeReferences(
