@@ -10,6 +10,7 @@ import { SqlClient } from "effect/sql/SqlClient"
 import { HistorySettings, historyStats } from "../../src/warehouse/History.ts"
 import { Warehouse } from "../../src/warehouse/Warehouse.ts"
 import { type JsonObject, resourceFixture } from "../fixtures/Fixtures.ts"
+import { HISTORY_TABLES, historyProblems } from "../support/HistoryChains.ts"
 import { TestDatabase } from "../support/TestDatabase.ts"
 
 const TestWarehouse = Warehouse.layer.pipe(Layer.provideMerge(TestDatabase))
@@ -44,24 +45,11 @@ const versions = (id: string) =>
 const balances = (id: string) =>
   Effect.map(versions(id), (rows) => rows.map((v) => (v.deleted ? `†${v.balance_in_cents}` : v.balance_in_cents)))
 
-/**
- * The problems of every chain of a history table: versions that do not end where the next begins,
- * a current flag on any but the last, and a last version that differs from the current row.
- */
-const chainProblems = (table: string) =>
+/** What the chaos verdict finds wrong with a history table (test/support/HistoryChains.ts). */
+const chainProblems = (table: (typeof HISTORY_TABLES)[number]) =>
   Effect.gen(function* () {
     const sql = yield* SqlClient
-    const problems = yield* sql.unsafe<{ id: string; problem: string }>(`
-      SELECT id, 'gap or overlap' AS problem FROM (
-        SELECT id, valid_to, lead(valid_from) OVER (PARTITION BY id ORDER BY valid_from) AS next_from,
-               is_current, row_number() OVER (PARTITION BY id ORDER BY valid_from DESC) AS from_end
-        FROM crm_history.${table}) AS v
-      WHERE valid_to IS DISTINCT FROM next_from OR is_current <> (from_end = 1)
-      UNION ALL
-      SELECT t.id, 'current version differs from the row' FROM crm.${table} AS t
-      LEFT JOIN crm_history.${table} AS h ON h.id = t.id AND h.is_current
-      WHERE h.id IS NULL OR h.deleted <> (t.deleted_at IS NOT NULL)
-         OR (t.deleted_at IS NULL AND h.content_hash IS DISTINCT FROM md5(t.raw::text))`)
+    const problems = yield* sql.unsafe<{ id: string; problem: string }>(historyProblems(table))
     return problems.map((p) => `${p.id}: ${p.problem}`)
   })
 
@@ -217,8 +205,43 @@ layer(TestWarehouse)("History", (it) => {
         tiers.map((row) => row.tier),
         ["silver", "gold"]
       )
-      for (const table of ["businesses", "households", "clients"])
+      for (const table of ["businesses", "households", "clients"] as const)
         assert.deepStrictEqual(yield* chainProblems(table), [])
+    })
+  )
+
+  it.effect("the chain checks see a gap, a repeated version and a current version that is not the row", () =>
+    Effect.gen(function* () {
+      const warehouse = yield* Warehouse
+      const sql = yield* SqlClient
+      const write = (records: ReadonlyArray<JsonObject>) =>
+        warehouse.upsert("annuity_contracts", records, { source: "crawl" })
+      const contract = (id: string, updatedAt: string, status: string) => ({
+        ...resourceFixture("annuity_contract"),
+        id,
+        updated_at: updatedAt,
+        status
+      })
+      for (const id of ["ac_gap", "ac_repeat", "ac_row"]) {
+        yield* write([contract(id, "2026-01-01T00:00:00Z", "active")])
+        yield* write([contract(id, "2026-01-02T00:00:00Z", "surrendered")])
+      }
+      assert.deepStrictEqual(yield* chainProblems("annuity_contracts"), [])
+      yield* sql`UPDATE crm_history.annuity_contracts SET valid_to = '2026-01-01T12:00:00Z'
+                 WHERE id = 'ac_gap' AND NOT is_current`
+      yield* sql`UPDATE crm_history.annuity_contracts AS h SET content_hash = o.content_hash
+                 FROM crm_history.annuity_contracts AS o
+                 WHERE h.id = 'ac_repeat' AND o.id = 'ac_repeat' AND h.is_current AND NOT o.is_current`
+      yield* sql`UPDATE crm.annuity_contracts SET raw = raw || '{"status": "lapsed"}' WHERE id = 'ac_row'`
+      const problems = yield* chainProblems("annuity_contracts")
+      assert.deepStrictEqual(problems.map((line) => line.replace(/ at .*/, "")).toSorted(), [
+        "ac_gap: versions with a gap or an overlap",
+        "ac_repeat: a version repeating the one before",
+        "ac_repeat: the current version is not the current row",
+        "ac_row: the current version is not the current row"
+      ])
+      yield* sql`DELETE FROM crm.annuity_contracts WHERE id IN ('ac_gap', 'ac_repeat', 'ac_row')`
+      yield* sql`DELETE FROM crm_history.annuity_contracts WHERE id IN ('ac_gap', 'ac_repeat', 'ac_row')`
     })
   )
 
