@@ -166,6 +166,11 @@ const reads = (adminUrl: string) =>
       const sql = yield* SqlClient
       console.error(`building ${ACCOUNTS.toLocaleString("en-US")} × ${DAYS} versions…`)
       yield* sql`TRUNCATE crm_history.financial_accounts`
+      // Loaded without its secondary indexes, which are then built as the migration defines them.
+      const indexes = yield* sql<{ name: string; definition: string }>`
+        SELECT indexname AS name, indexdef AS definition FROM pg_indexes
+        WHERE schemaname = 'crm_history' AND tablename = 'financial_accounts' AND indexname <> 'financial_accounts_pkey'`
+      for (const index of indexes) yield* sql.unsafe(`DROP INDEX crm_history.${index.name}`)
       yield* sql.unsafe(`
         INSERT INTO crm.financial_accounts (id, household_id, balance_in_cents, updated_at, source, raw)
         SELECT 'fa_' || lpad(i::text, 8, '0'), 'hh_' || lpad((i / ${ACCOUNTS_PER_HOUSEHOLD})::text, 8, '0'), i,
@@ -181,6 +186,8 @@ const reads = (adminUrl: string) =>
                d = ${DAYS - 1}, false, 'hh_' || lpad((i / ${ACCOUNTS_PER_HOUSEHOLD})::text, 8, '0'),
                i * 100 + d, timestamptz '2026-01-01' + d * interval '1 day', 'crawl', now()
         FROM generate_series(0, ${ACCOUNTS - 1}) AS i, generate_series(0, ${DAYS - 1}) AS d`)
+      yield* sql`SET maintenance_work_mem = '512MB'`
+      for (const index of indexes) yield* sql.unsafe(index.definition)
       yield* sql`VACUUM ANALYZE crm_history.financial_accounts`
       yield* sql`ANALYZE crm.financial_accounts`
       const household = `hh_${pad(Math.floor(ACCOUNTS / 2 / ACCOUNTS_PER_HOUSEHOLD))}`
