@@ -59,19 +59,8 @@ const keptRaw = (kept: ReadonlyArray<string>): string =>
     `excluded."raw"`
   )
 
-/**
- * What a write statement also does with the rows it wrote, in the same statement (the history,
- * History.ts): `ctes(rows)` are CTEs reading `rows` (every column of the rows written), `join(id)`
- * joins one of them to an output row by its id, and `column` is the output column read from it.
- */
-export interface Followed {
-  readonly ctes: (rows: string) => string
-  readonly join: (id: string) => string
-  readonly column: string
-}
-
 /** The forward-only INSERT … ON CONFLICT of a `record` table, reading CTE `input`, returning what it wrote. */
-const writeRecords = (table: TableDescriptor<unknown>, followed?: Followed): string => {
+const writeRecords = (table: TableDescriptor<unknown>): string => {
   const typed: ColumnList = Object.entries(table.columns)
   const columns: ColumnList = [["id", "text"], ["updated_at", "timestamptz"], ["raw", "jsonb"], ...typed]
   const assignments = columns
@@ -95,7 +84,7 @@ const writeRecords = (table: TableDescriptor<unknown>, followed?: Followed): str
     END
   WHERE (t."updated_at" IS NULL OR t."updated_at" <= excluded."updated_at")
     AND (t."updated_at" IS DISTINCT FROM excluded."updated_at" OR t."raw" IS DISTINCT FROM ${keptRaw(table.keptWhenAbsent)})
-  RETURNING ${followed === undefined ? `t."id"` : "t.*"}, (t.xmax = 0) AS inserted`
+  RETURNING t."id", (t.xmax = 0) AS inserted`
 }
 
 /**
@@ -105,7 +94,7 @@ const writeRecords = (table: TableDescriptor<unknown>, followed?: Followed): str
  * which tells "older, skipped" from "identical, unchanged", and which of the child lists
  * (`raw -> list`) differ from the stored ones: only those child tables need rewriting.
  */
-export const upsertRecords = (table: TableDescriptor<unknown>, followed?: Followed): string => {
+export const upsertRecords = (table: TableDescriptor<unknown>): string => {
   const lists = [...new Set(table.children.map((child) => child.list))]
   const changedLists =
     lists.length === 0
@@ -118,18 +107,18 @@ export const upsertRecords = (table: TableDescriptor<unknown>, followed?: Follow
           .join(", ")}], NULL)`
   return `WITH input AS (${recordInput(Object.entries(table.columns))}),
 written AS (
-  ${writeRecords(table, followed)}
-)${followed === undefined ? "" : `,\n${followed.ctes("SELECT * FROM written")}`}
+  ${writeRecords(table)}
+)
 SELECT i."id" AS id,
   CASE
     WHEN w."id" IS NOT NULL THEN CASE WHEN w.inserted THEN 'inserted' ELSE 'updated' END
     WHEN p."updated_at" IS NOT NULL AND (i."updated_at" IS NULL OR p."updated_at" > i."updated_at") THEN 'skipped'
     ELSE 'unchanged'
   END AS outcome,
-  ${changedLists} AS changed_lists${followed === undefined ? "" : `,\n  ${followed.column}`}
+  ${changedLists} AS changed_lists
 FROM input AS i
 LEFT JOIN written AS w ON w."id" = i."id"
-LEFT JOIN crm.${quote(table.table)} AS p ON p."id" = i."id"${followed === undefined ? "" : `\n${followed.join(`i."id"`)}`}`
+LEFT JOIN crm.${quote(table.table)} AS p ON p."id" = i."id"`
 }
 
 /**
@@ -138,17 +127,9 @@ LEFT JOIN crm.${quote(table.table)} AS p ON p."id" = i."id"${followed === undefi
  * caller asks `classifyUnwritten` about those when there are any (a first crawl has none). About
  * a sixth of the cost of a batch of new records.
  */
-export const insertRecords = (table: TableDescriptor<unknown>, followed?: Followed): string =>
-  followed === undefined
-    ? `WITH input AS (${recordInput(Object.entries(table.columns))})
+export const insertRecords = (table: TableDescriptor<unknown>): string =>
+  `WITH input AS (${recordInput(Object.entries(table.columns))})
 ${writeRecords(table)}`
-    : `WITH input AS (${recordInput(Object.entries(table.columns))}),
-written AS (
-  ${writeRecords(table, followed)}
-),
-${followed.ctes("SELECT * FROM written")}
-SELECT w."id", w.inserted, ${followed.column}
-FROM written AS w ${followed.join(`w."id"`)}`
 
 /**
  * `$1` a jsonb array of `{id, updated_at}`, records the upsert just run did not write: the ids whose

@@ -19,7 +19,7 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import { SqlClient } from "effect/sql/SqlClient"
 import { AppConfig } from "../config/AppConfig.ts"
-import { type Followed, recordInput } from "./BatchSql.ts"
+import { recordInput } from "./BatchSql.ts"
 import type { AnyTable, Decoded } from "./Rows.ts"
 import { type PgType, type Resource, type Source, Tables } from "./Tables.ts"
 
@@ -91,18 +91,20 @@ const recordValues = (table: AnyTable, alias: string) => {
 }
 
 /**
- * The CTEs that make the current version of each row of `rows` (a query of rows of crm.<table>
- * as written, `$2` the source) equal that row: `h_c` compares each row with its latest version
- * and, where they differ, `h_closed` closes that version and `h_opened` opens one holding the row,
- * from the row's `updated_at` (a tombstone from `deleted_at`; an undeletion that no newer snapshot
- * brought, from now), and never before the version it follows. A row deleted while its current
- * version is a tombstone already gets none here: a snapshot written into a deleted row (no newer
- * than the deletion) belongs before the tombstone (`placeLate`); `intoDeleted` finds those.
+ * `$1` ids (text[]) just written in crm.<table>, `$2` the source. For each, compares the row with
+ * its latest version and, when they differ, closes that version and opens one holding the row:
+ * from the row's `updated_at` (a tombstone from `deleted_at`; an undeletion that no newer
+ * snapshot brought, from now), and never before the version it follows. Returns the ids whose
+ * row is deleted while its current version is a tombstone already: a snapshot written into a
+ * deleted row (no newer than the deletion) belongs before the tombstone (`placeLate`).
  */
-export const followCtes = (table: AnyTable, rows: string): string => {
+export const follow = (table: AnyTable): string => {
   const h = `crm_history.${quote(table.table)}`
-  return `h_r AS (SELECT x.*, md5(x."raw"::text) AS hash FROM (${rows}) AS x),
-h_c AS (
+  return `WITH r AS (
+  SELECT t.*, md5(t."raw"::text) AS hash
+  FROM crm.${quote(table.table)} AS t JOIN (SELECT DISTINCT unnest($1::text[]) AS "id") AS d ON d."id" = t."id"
+),
+c AS (
   SELECT r."id", r."deleted_at", r."updated_at", r.hash, p."valid_from" AS c_from, p."content_hash" AS c_hash,
     p."deleted" AS c_deleted,
     CASE
@@ -110,54 +112,33 @@ h_c AS (
       WHEN p."deleted" AND (r."updated_at" IS NULL OR r."updated_at" <= p."valid_from") THEN now()
       ELSE COALESCE(r."updated_at", now())
     END AS wanted
-  FROM h_r AS r LEFT JOIN LATERAL (
+  FROM r LEFT JOIN LATERAL (
     SELECT v."valid_from", v."content_hash", v."deleted" FROM ${h} AS v
     WHERE v."id" = r."id" ORDER BY v."valid_from" DESC LIMIT 1
   ) AS p ON true
 ),
-h_todo AS (
+todo AS (
   SELECT c."id", c.c_from,
     CASE WHEN c.c_from IS NULL THEN c.wanted ELSE GREATEST(c.wanted, c.c_from + interval '1 microsecond') END AS new_from
-  FROM h_c AS c
+  FROM c
   WHERE c.c_from IS NULL
      OR (c."deleted_at" IS NOT NULL) IS DISTINCT FROM c.c_deleted
      OR (c."deleted_at" IS NULL AND c.c_hash IS DISTINCT FROM c.hash)
 ),
-h_closed AS (
+closed AS (
   UPDATE ${h} AS v SET "valid_to" = todo.new_from, "is_current" = false
-  FROM h_todo AS todo WHERE v."id" = todo."id" AND v."valid_from" = todo.c_from
+  FROM todo WHERE v."id" = todo."id" AND v."valid_from" = todo.c_from
   RETURNING v."id"
 ),
-h_opened AS (
+opened AS (
   INSERT INTO ${h} (${insertColumns(table)})
   SELECT r."id", todo.new_from, NULL, true, r."deleted_at" IS NOT NULL, ${recordValues(table, "r")}, r.hash, $2::text::crm.sync_source, now()
-  FROM h_todo AS todo JOIN h_r AS r ON r."id" = todo."id"
+  FROM todo JOIN r ON r."id" = todo."id"
   ORDER BY r."id"
   RETURNING "id"
-)`
+)
+SELECT c."id" FROM c WHERE c."deleted_at" IS NOT NULL AND c.c_deleted`
 }
-
-/** Of the rows `followCtes` saw (as `alias` of `h_c`), whether one was written into a deleted row. */
-export const intoDeleted = (alias: string) =>
-  `COALESCE(${alias}."deleted_at" IS NOT NULL AND ${alias}.c_deleted, false)`
-
-/** `followCtes` inside a write statement of crm.<table>, with `into_deleted` as its output column. */
-export const followed = (table: AnyTable): Followed => ({
-  ctes: (rows) => followCtes(table, rows),
-  join: (id) => `LEFT JOIN h_c AS hc ON hc."id" = ${id}`,
-  column: `${intoDeleted("hc")} AS into_deleted`
-})
-
-/**
- * `$1` ids (text[]) just written in crm.<table>, `$2` the source: `followCtes` of their rows;
- * returns the ids written into a deleted row.
- */
-export const follow = (table: AnyTable): string =>
-  `WITH ${followCtes(
-    table,
-    `SELECT t.* FROM crm.${quote(table.table)} AS t JOIN (SELECT DISTINCT unnest($1::text[]) AS "id") AS d ON d."id" = t."id"`
-  )}
-SELECT c."id" FROM h_c AS c WHERE ${intoDeleted("c")}`
 
 /**
  * `$1` a jsonb array of snapshots as `upsertRecords` takes them (`{id, updated_at, raw, typed?}`,

@@ -14,7 +14,7 @@ import type { SqlError } from "effect/sql/SqlError"
 import * as BatchSql from "./BatchSql.ts"
 import type { WriteOutcome } from "./BatchSql.ts"
 import { replaceChildren, type Written } from "./ChildLists.ts"
-import { followed, followRows, isHistoryResource, keeps, placeLateSnapshots } from "./History.ts"
+import { followRows, isHistoryResource, keeps, placeLateSnapshots } from "./History.ts"
 import {
   type AnyTable,
   type Decoded,
@@ -59,30 +59,21 @@ const chunks = <A>(items: ReadonlyArray<A>, size: number): ReadonlyArray<Readonl
   return out
 }
 
-/**
- * The statement that writes a table's rows: built once per table (the tables never change), and
- * once more with its history written in the same statement (`follows`, History.ts `followed`).
- */
-const statements = new Map<string, string>()
-const writeStatement = (table: AnyTable, follows = false) => {
-  const key = `${table.table}:${follows}`
-  let held = statements.get(key)
+/** The statement that writes a table's rows: built once per table (the tables never change). */
+const statements = new Map<AnyTable, string>()
+const writeStatement = (table: AnyTable) => {
+  let held = statements.get(table)
   if (held === undefined) {
-    held =
-      table.kind === "record"
-        ? BatchSql.upsertRecords(table, follows ? followed(table) : undefined)
-        : BatchSql.mergeReferences(table)
-    statements.set(key, held)
+    held = table.kind === "record" ? BatchSql.upsertRecords(table) : BatchSql.mergeReferences(table)
+    statements.set(table, held)
   }
   return held
 }
 
-const inserts = new Map<string, string>()
-const insertStatement = (table: AnyTable, follows: boolean) => {
-  const key = `${table.table}:${follows}`
-  let held = inserts.get(key)
-  if (held === undefined)
-    inserts.set(key, (held = BatchSql.insertRecords(table, follows ? followed(table) : undefined)))
+const inserts = new Map<AnyTable, string>()
+const insertStatement = (table: AnyTable) => {
+  let held = inserts.get(table)
+  if (held === undefined) inserts.set(table, (held = BatchSql.insertRecords(table)))
   return held
 }
 
@@ -132,8 +123,6 @@ interface ParentOutcome {
   readonly id: string
   readonly outcome: WriteOutcome
   readonly changed_lists?: ReadonlyArray<string>
-  /** With its history written in the same statement: written into a deleted row (History.ts `follow`). */
-  readonly into_deleted?: boolean
 }
 
 /**
@@ -145,17 +134,12 @@ const writeWithoutChildren = Effect.fnUntraced(function* (
   table: AnyTable,
   items: ReadonlyArray<Decoded>,
   rows: string,
-  source: Source,
-  follows: boolean
+  source: Source
 ) {
-  const written = yield* sql.unsafe<{ id: string; inserted: boolean; into_deleted?: boolean }>(
-    insertStatement(table, follows),
-    [rows, source]
-  )
-  const outcomes: Array<ParentOutcome> = written.map((row) => ({
+  const written = yield* sql.unsafe<{ id: string; inserted: boolean }>(insertStatement(table), [rows, source])
+  const outcomes: Array<{ id: string; outcome: WriteOutcome }> = written.map((row) => ({
     id: row.id,
-    outcome: row.inserted ? "inserted" : "updated",
-    into_deleted: row.into_deleted === true
+    outcome: row.inserted ? "inserted" : "updated"
   }))
   if (written.length === items.length) return outcomes
   const done = new Set(written.map((row) => row.id))
@@ -174,8 +158,7 @@ const writeParents = Effect.fnUntraced(function* (
   sql: SqlClient,
   table: AnyTable,
   items: ReadonlyArray<Decoded>,
-  source: Source,
-  follows: boolean
+  source: Source
 ) {
   const rows = `[${items.map((item) => item.json).join(",")}]`
   if (table.kind === "record" && table.children.length > 0) {
@@ -183,8 +166,8 @@ const writeParents = Effect.fnUntraced(function* (
   }
   const outcomes: ReadonlyArray<ParentOutcome> =
     table.kind === "record" && table.children.length === 0
-      ? yield* writeWithoutChildren(sql, table, items, rows, source, follows)
-      : yield* sql.unsafe<ParentOutcome>(writeStatement(table, follows), [rows, source])
+      ? yield* writeWithoutChildren(sql, table, items, rows, source)
+      : yield* sql.unsafe<ParentOutcome>(writeStatement(table), [rows, source])
   return outcomes
 })
 
@@ -192,11 +175,11 @@ const idsWritten = (outcomes: ReadonlyArray<ParentOutcome>) =>
   outcomes.filter(({ outcome }) => outcome === "inserted" || outcome === "updated").map(({ id }) => id)
 
 /**
- * The rest of a chunk's history (History.ts), after its parents wrote the versions of the records
- * written: the snapshots the current table refused (older than the row, older copies in the same
- * batch) or wrote into a deleted row, put into the middle of their chains.
+ * The history of a chunk (History.ts), after its parents: versions for the records written, and
+ * the snapshots the current table refused (older than the row, older copies in the same batch,
+ * or written into a deleted row) put into the middle of their chains.
  */
-const placeRefused = Effect.fnUntraced(function* (
+const writeHistory = Effect.fnUntraced(function* (
   sql: SqlClient,
   resource: Resource,
   items: ReadonlyArray<Decoded>,
@@ -206,10 +189,9 @@ const placeRefused = Effect.fnUntraced(function* (
 ) {
   if (!isHistoryResource(resource)) return
   const history = resource
-  const refused = new Set(
-    outcomes.filter(({ outcome, into_deleted }) => outcome === "skipped" || into_deleted === true).map(({ id }) => id)
-  )
-  const late = items.filter((item) => refused.has(item.id))
+  const intoDeleted = new Set(yield* followRows(sql, history, idsWritten(outcomes), source))
+  const refused = new Set(outcomes.filter(({ outcome }) => outcome === "skipped").map(({ id }) => id))
+  const late = items.filter((item) => refused.has(item.id) || intoDeleted.has(item.id))
   if (dropped.size > 0) for (const item of items) late.push(...(dropped.get(item.id) ?? []))
   if (late.length > 0) yield* placeLateSnapshots(sql, history, late, source)
 })
@@ -245,11 +227,12 @@ const writeChunk = (
 ) =>
   (options.isolate === false ? identity : sql.withTransaction)(
     Effect.gen(function* () {
-      const resource = table.table as Resource
-      const follows = table.kind === "record" && keeps(history, resource)
-      const outcomes = yield* writeParents(sql, table, items, options.source, follows)
+      const outcomes = yield* writeParents(sql, table, items, options.source)
       const { counts, written } = writtenOf(items, outcomes)
-      if (follows) yield* placeRefused(sql, resource, items, outcomes, dropped, options.source)
+      const resource = table.table as Resource
+      if (table.kind === "record" && keeps(history, resource)) {
+        yield* writeHistory(sql, resource, items, outcomes, dropped, options.source)
+      }
       if (written.length === 0) return { counts, references: [] }
       yield* replaceChildren(sql, table, written)
       const references = yield* mergeReferences(
