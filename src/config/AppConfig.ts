@@ -1,3 +1,4 @@
+// Long by design: the whole config document is one schema, a section per top-level key.
 /**
  * AppConfig: everything crm-sync is told about its world — CRM connections, webhook endpoints,
  * schedules, budget shares and tuning — from the JSON file named by `CRM_SYNC_CONFIG` with
