@@ -244,7 +244,7 @@ const Sync = Schema.Struct({
   workers: withDefault(PositiveInt.check(Schema.isLessThanOrEqualTo(64)), 4)
 })
 
-/** The resources that can keep a history (schema crm_history, migration 0024; docs/history.md). */
+/** The resources that can keep a history (schema crm_history, migration 0025; docs/history.md). */
 export const HistoryResourceNames = [
   "annuity_contracts",
   "businesses",

@@ -1,5 +1,5 @@
 /**
- * History: the versions of schema `crm_history` (migration 0024, docs/history.md), written by the
+ * History: the versions of schema `crm_history` (migration 0025, docs/history.md), written by the
  * warehouse's own writes in the same transaction as `crm.<table>`. One table per resource of
  * `HistoryResources`, type 2: `[valid_from, valid_to)` by the record's `updated_at` (the CRM's
  * clock), the latest `is_current`, a tombstone `deleted`. A version is added only when the
@@ -23,7 +23,7 @@ import { recordInput } from "./BatchSql.ts"
 import type { AnyTable, Decoded } from "./Rows.ts"
 import { type PgType, type Resource, type Source, Tables } from "./Tables.ts"
 
-/** The resources that have a history table (migration 0024). */
+/** The resources that have a history table (migration 0025). */
 export const HistoryResources = [
   "annuity_contracts",
   "businesses",

@@ -46,7 +46,7 @@ layer(EmptyTestDatabase, { timeout: 60_000 })("the client field times migration"
       assert.deepStrictEqual((yield* client("cli_updated"))?.field_signed_at, { tier: t, name: t })
       assert.isNull((yield* client("cli_created"))?.field_signed_at)
 
-      // Migration 0024 (the history) is not applied here: no history to write.
+      // Migration 0025 (the history) is not applied here: no history to write.
       const warehouse = yield* Effect.provide(
         Effect.service(Warehouse),
         Warehouse.layer.pipe(Layer.provide(Layer.succeed(HistorySettings, { resources: new Set<never>() })))

@@ -1,5 +1,5 @@
 /**
- * The migration that starts the history (0024) on a warehouse with data: one current version per
+ * The migration that starts the history (0025) on a warehouse with data: one current version per
  * live row, from its `updated_at` (its `synced_at` where it has none); deleted rows get none. The
  * next change of a record closes that version.
  */
