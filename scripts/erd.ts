@@ -2,7 +2,8 @@
  * The warehouse's entity-relationship diagram, generated from the table declarations
  * (src/warehouse/resources/, listed by `Declarations` in src/warehouse/Tables.ts): every table of
  * schema `crm` with its key and reference columns (the others are left out), each foreign key as
- * a relationship. What a table and each column hold is in their `COMMENT`s, shown by psql
+ * a relationship; and each history table of schema `crm_history` (`history_<resource>`) with its
+ * key and interval. What a table and each column hold is in their `COMMENT`s, shown by psql
  * (`\dt+ crm.*`, `\d+`), dbt and BI tools, so the page does not repeat them. `npm run docs:erd`
  * writes it into docs/warehouse.md between its `erd` markers; test/warehouse/Erd.test.ts fails
  * when the two differ, and test/warehouse/Declarations.integration.test.ts when the declarations
@@ -12,6 +13,7 @@ import { Effect } from "effect"
 import { readFileSync, writeFileSync } from "node:fs"
 import * as prettier from "prettier"
 import { Declarations, type TableDeclaration } from "../src/warehouse/Tables.ts"
+import { HistoryResources } from "../src/warehouse/History.ts"
 import { catalogType } from "../src/warehouse/resources/Declaration.ts"
 
 /** Mermaid's attribute type: one word. */
@@ -22,7 +24,10 @@ const drawn = (table: TableDeclaration, column: string) =>
   table.primaryKey.includes(column) || column === "id" || column.endsWith("_id")
 
 /** The diagram (Mermaid `erDiagram`). */
-export const renderErd = (tables: ReadonlyArray<TableDeclaration>): string => {
+export const renderErd = (
+  tables: ReadonlyArray<TableDeclaration>,
+  history: ReadonlyArray<string> = HistoryResources
+): string => {
   const lines = ["```mermaid", "erDiagram"]
   const references = tables
     .flatMap((table) => table.references.map((reference) => ({ child: table.table, ...reference })))
@@ -42,6 +47,13 @@ export const renderErd = (tables: ReadonlyArray<TableDeclaration>): string => {
         `    ${mermaidType(catalogType(column.type))} ${column.name}${marks.length === 0 ? "" : ` ${marks.join(", ")}`}`
       )
     }
+    lines.push("  }")
+  }
+  // Schema crm_history: each resource's versions (docs/history.md), the record's columns and these.
+  for (const resource of history) {
+    lines.push(`  ${resource} ||--o{ history_${resource} : "versions"`)
+    lines.push(`  history_${resource} {`)
+    lines.push("    text id PK", "    timestamptz valid_from PK", "    timestamptz valid_to", "    boolean is_current")
     lines.push("  }")
   }
   lines.push("```")

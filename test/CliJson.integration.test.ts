@@ -97,6 +97,11 @@ layer(
 
         const status = oneObject(yield* cli(["status", "--json"], env))
         assert.isAbove(status.resources.financial_accounts.rows, 0)
+        // The history: one version per account the backfill wrote.
+        assert.strictEqual(
+          status.resources.financial_accounts.history.versions,
+          status.resources.financial_accounts.rows
+        )
 
         // Without --json, ages a person reads at a glance.
         const text = yield* cli(["status"], env)
@@ -108,6 +113,7 @@ layer(
           plan.connections.map((connection: { connection: string }) => connection.connection),
           ["default"]
         )
+        assert.strictEqual(plan.history_versions_per_day.financial_accounts, status.resources.financial_accounts.rows)
       }).pipe(Effect.scoped),
     { timeout: 180_000 }
   )

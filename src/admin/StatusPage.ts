@@ -257,7 +257,8 @@ const resourceRows = (report: StatusReport, now: string) =>
       name,
       resource
     ]) => `<tr><td>${e(name)}</td><td class="n">${resource.rows - resource.deleted}</td><td class="n">${resource.deleted}</td>
-      <td class="n">${resource.last_sync === null ? "—" : timeAgo(Date.parse(now), resource.last_sync)}</td><td>${e(resource.cursor)}</td></tr>`
+      <td class="n">${resource.last_sync === null ? "—" : timeAgo(Date.parse(now), resource.last_sync)}</td><td>${e(resource.cursor)}</td>
+      <td class="n">${resource.history?.versions ?? "—"}</td><td class="n">${resource.history?.last_day ?? "—"}</td></tr>`
   )
 
 /** The buckets, or with many the BUCKETS_SHOWN fullest, and a line saying how many are left out. */
@@ -324,7 +325,7 @@ ${alerts(view.connection === undefined ? report : forConnection(report, view.con
 ${glance(report, charts)}
 ${connectionsSection(report, details, view)}
 <h2>Warehouse</h2>
-${table(["resource", "rows", "deleted", "last write", "cursor"], resourceRows(report, details.now), "No tables.")}
+${table(["resource", "rows", "deleted", "last write", "cursor", "versions", "versions/day"], resourceRows(report, details.now), "No tables.")}
 <h2>Rate budget</h2>
 ${table(["bucket", "scope", "used this window", "resets"], bucketRows(budget.buckets, now), "No request sent yet.")}
 ${budget.note}

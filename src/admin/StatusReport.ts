@@ -21,6 +21,7 @@ import { outboxCounts } from "../outbound/Outbox.ts"
 import { latestCursors } from "../sync/Cursors.ts"
 import { latestRuns } from "../sync/JobRuns.ts"
 import { DatabaseInfo, type DatabaseInfoShape } from "../warehouse/Database.ts"
+import { historyStats } from "../warehouse/History.ts"
 import { tableStats } from "../warehouse/Warehouse.ts"
 import { inboxCounts } from "../webhooks/WebhookInbox.ts"
 import { reasonText, recentRefusals } from "../webhooks/WebhookRefusals.ts"
@@ -39,6 +40,8 @@ export interface ResourceStatus {
   readonly deleted: number
   readonly last_sync: string | null
   readonly cursor: string | null
+  /** Resources with a history (crm_history): its versions, and those written in the last day. */
+  readonly history?: { readonly versions: number; readonly last_day: number }
 }
 
 export interface BucketStatus {
@@ -137,6 +140,10 @@ export const statusReport = Effect.fn("StatusReport.make")(function* (
       last_sync: iso(table.last_sync),
       cursor: iso(cursors.find((cursor) => cursor.resource === table.table)?.cursor)
     }
+  }
+  for (const { resource, versions, last_day } of yield* historyStats) {
+    const held = resources[resource]
+    if (held !== undefined) resources[resource] = { ...held, history: { versions, last_day } }
   }
   const windows = yield* currentWindows(config)
   const inbox = yield* inboxCounts
@@ -319,6 +326,10 @@ export const renderStatus = (report: StatusReport): string => {
       `${pad(name, 34)}${pad(String(resource.rows), 10)}${pad(String(resource.deleted), 9)}${pad(ago(report.generated_at, resource.last_sync), 16)}${resource.cursor ?? "-"}`
     )
   }
+  const histories = Object.entries(report.resources).flatMap(([name, resource]) =>
+    resource.history === undefined ? [] : [`${name} ${resource.history.versions} (+${resource.history.last_day}/day)`]
+  )
+  if (histories.length > 0) lines.push(`history versions: ${histories.join(", ")}`)
   lines.push("")
   if (report.buckets.length === 0) lines.push("rate budget: no requests sent yet")
   // A bucket's name may be long (`token:oauth:<app>:<user>`): the column is as wide as the longest.

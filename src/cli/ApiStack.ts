@@ -4,6 +4,7 @@ import * as Layer from "effect/Layer"
 import { RateBudget } from "../budget/RateBudget.ts"
 import { Credentials } from "../crm/Credentials.ts"
 import { MigratedDatabase } from "../warehouse/Database.ts"
+import { historyFromConfig } from "../warehouse/History.ts"
 import { Warehouse } from "../warehouse/Warehouse.ts"
 
 /**
@@ -13,7 +14,8 @@ import { Warehouse } from "../warehouse/Warehouse.ts"
  */
 export const CrmHttpClient = NodeHttpClient.layerNodeHttpOptions({ keepAlive: true })
 
-export const ApiStack = Layer.mergeAll(RateBudget.layer, Credentials.layer, Warehouse.layer).pipe(
-  Layer.provideMerge(CrmHttpClient),
-  Layer.provideMerge(MigratedDatabase)
-)
+export const ApiStack = Layer.mergeAll(
+  RateBudget.layer,
+  Credentials.layer,
+  Warehouse.layer.pipe(Layer.provide(historyFromConfig))
+).pipe(Layer.provideMerge(CrmHttpClient), Layer.provideMerge(MigratedDatabase))

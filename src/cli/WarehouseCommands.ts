@@ -16,6 +16,7 @@ import { DEFAULT_INTERVAL_SECONDS, MIN_INTERVAL_SECONDS, watch } from "./StatusW
 
 const statusModule = () => import("../admin/StatusReport.ts")
 const planModule = () => import("../admin/PlanReport.ts")
+const historyModule = () => import("../warehouse/History.ts")
 const outboxModule = () => import("../outbound/Outbox.ts")
 const processorModule = () => import("../webhooks/EventProcessor.ts")
 const inboxModule = () => import("../webhooks/WebhookInbox.ts")
@@ -95,8 +96,19 @@ export const plan = (input: { readonly json: boolean }) =>
   Effect.gen(function* () {
     const { planReport, renderPlan } = yield* Effect.promise(planModule)
     const plans = yield* planReport(yield* AppConfig)
+    const { historyStats } = yield* Effect.promise(historyModule)
+    // The history's growth: versions written in the last day, per resource (docs/history.md).
+    const history = Object.fromEntries((yield* historyStats).map((row) => [row.resource, row.last_day]))
     yield* Console.log(
-      input.json ? JSON.stringify({ generated_at: new Date().toISOString(), connections: plans }) : renderPlan(plans)
+      input.json
+        ? JSON.stringify({
+            generated_at: new Date().toISOString(),
+            connections: plans,
+            history_versions_per_day: history
+          })
+        : `${renderPlan(plans)}\nhistory: versions written in the last day: ${Object.entries(history)
+            .map(([resource, n]) => `${resource} ${n}`)
+            .join(", ")}`
     )
   }).pipe(Effect.provide(MigratedDatabase), withBase)
 

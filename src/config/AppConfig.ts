@@ -1,3 +1,4 @@
+// Long by design: the whole config document is one schema, a section per top-level key.
 /**
  * AppConfig: everything crm-sync is told about its world — CRM connections, webhook endpoints,
  * schedules, budget shares and tuning — from the JSON file named by `CRM_SYNC_CONFIG` with
@@ -243,6 +244,28 @@ const Sync = Schema.Struct({
   workers: withDefault(PositiveInt.check(Schema.isLessThanOrEqualTo(64)), 4)
 })
 
+/** The resources that can keep a history (schema crm_history, migration 0025; docs/history.md). */
+export const HistoryResourceNames = [
+  "annuity_contracts",
+  "businesses",
+  "clients",
+  "financial_accounts",
+  "households"
+] as const
+
+const History = Schema.Struct({
+  /** Which resources keep every version of their records in crm_history (all of them by default). */
+  resources: withDefault(Schema.Array(Schema.Literals(HistoryResourceNames)), [...HistoryResourceNames]),
+  /**
+   * How long a closed version is kept after it ended (`valid_to`): `forever` (the default), or a
+   * duration; every `schedules.prune`, older closed versions go, a slice at a time.
+   */
+  retention: withDefault(
+    Schema.Union([Schema.Literal("forever"), DurationBetween("1 day", "36500 days", "365 days")]),
+    "forever"
+  )
+})
+
 const Outbound = Schema.Struct({
   max_attempts: withDefault(PositiveInt.check(Schema.isLessThanOrEqualTo(100)), 8),
   /** How long a writer's claim on a row lasts without renewal (it renews every third of it while working). */
@@ -298,6 +321,7 @@ export const ConfigDocument = Schema.Struct({
   budget: withDefault(Budget, {}),
   sync: withDefault(Sync, {}),
   outbound: withDefault(Outbound, {}),
+  history: withDefault(History, {}),
   database: withDefault(DatabaseSettings, {})
 }).check(
   Schema.makeFilter((document) => {

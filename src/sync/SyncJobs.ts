@@ -15,6 +15,7 @@ import * as Option from "effect/Option"
 import { SqlClient } from "effect/sql/SqlClient"
 import { AppConfig } from "../config/AppConfig.ts"
 import { CrmClient, type CrmClientShape } from "../crm/CrmClient.ts"
+import { Warehouse } from "../warehouse/Warehouse.ts"
 import { BusinessPoller } from "./BusinessPoller.ts"
 import { CrawlRuns } from "./CrawlRuns.ts"
 import { Cursors } from "./Cursors.ts"
@@ -239,12 +240,20 @@ export const OrphanSweepLive = Layer.effectDiscard(
   )
 ).pipe(Layer.provide(SyncServicesLive))
 
-/** One prune of the job history: the runs older than `sync.history_retention` (JobRuns.prune). */
+/**
+ * One prune of the job history: the runs older than `sync.history_retention` (JobRuns.prune); and,
+ * unless `history.retention` is `forever`, the record versions that ended before it (crm_history).
+ */
 export const pruneHistory = Effect.gen(function* () {
   const config = yield* AppConfig
   const jobRuns = yield* JobRuns
   const deleted = yield* jobRuns.prune(config.sync.history_retention)
   if (deleted > 0) yield* Effect.logInfo("sync: job history pruned").pipe(Effect.annotateLogs({ runs: deleted }))
+  const retention = config.history.retention
+  if (retention !== "forever") {
+    const versions = yield* Warehouse.use((warehouse) => warehouse.pruneHistory(retention))
+    if (versions > 0) yield* Effect.logInfo("sync: record history pruned").pipe(Effect.annotateLogs({ versions }))
+  }
   return deleted
 })
 

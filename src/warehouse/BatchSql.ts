@@ -38,7 +38,7 @@ export type WriteOutcome = "inserted" | "updated" | "unchanged" | "skipped"
  * record is sent and parsed once instead of twice. `jsonb_to_record` converts each value exactly
  * as `jsonb_to_recordset` would have from a row of its own.
  */
-const recordInput = (typed: ColumnList): string => {
+export const recordInput = (typed: ColumnList): string => {
   const base = `jsonb_to_recordset($1::jsonb) AS r("id" text, "updated_at" timestamptz, "raw" jsonb, "typed" jsonb)`
   if (typed.length === 0) return `SELECT r."id", r."updated_at", r."raw" FROM ${base}`
   const merged = `CASE WHEN r."typed" IS NULL THEN r."raw" ELSE r."raw" || r."typed" END`

@@ -17,6 +17,7 @@
 import * as Effect from "effect/Effect"
 import type { SqlClient } from "effect/sql/SqlClient"
 import * as BatchSql from "./BatchSql.ts"
+import { followRows } from "./History.ts"
 import { type Decoded, type Rejected, rawOf } from "./Rows.ts"
 import { type Source, Tables } from "./Tables.ts"
 import type { UpsertResult } from "./WarehouseTypes.ts"
@@ -153,7 +154,7 @@ export const decodedClient = (item: Decoded, delivery: ClientDelivery): DecodedC
  * are stored in `crm_sync.undecodable_records`. Deliveries folded into another of their client
  * count as skipped.
  */
-export const writeClients = (sql: SqlClient) =>
+export const writeClients = (sql: SqlClient, keepHistory: boolean) =>
   Effect.fn("Warehouse.writeClients")(
     function* (decoded: ReadonlyArray<DecodedClient>, rejected: ReadonlyArray<Rejected>, source: Source) {
       if (rejected.length > 0) {
@@ -163,10 +164,23 @@ export const writeClients = (sql: SqlClient) =>
       const rows = foldClients(decoded)
       const counts = { inserted: 0, updated: 0, unchanged: 0, skipped: decoded.length - rows.length }
       if (rows.length > 0) {
-        const outcomes = yield* sql.unsafe<{ id: string; outcome: "inserted" | "updated" | "unchanged" }>(
-          writeClientsSql,
-          [JSON.stringify(rows), source]
-        )
+        const write = sql.unsafe<{ id: string; outcome: "inserted" | "updated" | "unchanged" }>(writeClientsSql, [
+          JSON.stringify(rows),
+          source
+        ])
+        // The history follows the merged row (a client has no snapshot of its own to place late).
+        const outcomes = yield* keepHistory
+          ? sql.withTransaction(
+              Effect.tap(write, (outcomes) =>
+                followRows(
+                  sql,
+                  "clients",
+                  outcomes.filter(({ outcome }) => outcome !== "unchanged").map(({ id }) => id),
+                  source
+                )
+              )
+            )
+          : write
         for (const { outcome } of outcomes) counts[outcome] += 1
       }
       return { ...counts, rejected: rejected.length } satisfies UpsertResult

@@ -9,6 +9,7 @@
  */
 import * as Context from "effect/Context"
 import * as DateTime from "effect/DateTime"
+import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
@@ -16,6 +17,8 @@ import * as Result from "effect/Result"
 import { SqlClient } from "effect/sql/SqlClient"
 import { isSqlError } from "effect/sql/SqlError"
 import { type ClientDelivery, type DecodedClient, decodedClient, writeClients } from "./ClientWrites.ts"
+import * as History from "./History.ts"
+import { HistorySettings, keeps } from "./History.ts"
 import {
   type AnyTable,
   type Decoded,
@@ -29,7 +32,7 @@ import {
 } from "./Rows.ts"
 import { type ReferenceResource, type Resource, type Row, Tables } from "./Tables.ts"
 import * as Transcripts from "./TranscriptWrites.ts"
-import { isRecordLevel, type WarehouseError } from "./WarehouseError.ts"
+import { isRecordLevel, toWarehouseError, type WarehouseError } from "./WarehouseError.ts"
 import * as Reads from "./WarehouseReads.ts"
 import * as Writes from "./WarehouseWrites.ts"
 import type {
@@ -278,6 +281,11 @@ export class Warehouse extends Context.Service<
     ) => Effect.Effect<Option.Option<StoredRecord<R>>, WarehouseError>
     /** One stored row, every column as the driver returns it (for checks and tools). */
     readonly row: (resource: Resource, id: string) => Effect.Effect<Option.Option<Row>, WarehouseError>
+    /**
+     * Deletes the history's versions that ended longer than `retention` ago (config
+     * `history.retention`), a slice at a time; returns how many went.
+     */
+    readonly pruneHistory: (retention: Duration.Duration) => Effect.Effect<number, WarehouseError>
     /** The stored undecodable records, newest first (of one resource, or all). */
     readonly undecodable: (resource?: Resource) => Effect.Effect<ReadonlyArray<UndecodableRecord>, WarehouseError>
   }
@@ -286,10 +294,11 @@ export class Warehouse extends Context.Service<
     Warehouse,
     Effect.gen(function* () {
       const sql = yield* SqlClient
-      const write = Writes.write(sql)
-      const clients = writeClients(sql)
+      const history = yield* HistorySettings
+      const write = Writes.write(sql, history)
+      const clients = writeClients(sql, keeps(history, "clients"))
       const row = Reads.row(sql)
-      const markDeleted = Writes.markDeleted(sql)
+      const markDeleted = Writes.markDeleted(sql, history)
       const retireTranscripts = Transcripts.retireTranscripts(sql)
       const writeTranscripts = Transcripts.writeTranscripts(
         sql,
@@ -323,7 +332,7 @@ export class Warehouse extends Context.Service<
               ),
         readStarted: Transcripts.readStarted(sql),
         writeTranscripts: (reads, options) => writeTranscripts(reads, options.source),
-        undelete: Writes.undelete(sql),
+        undelete: Writes.undelete(sql, history),
         recordClientChange: Writes.recordClientChange(sql),
         recordClientChanges: Writes.recordClientChanges(sql),
         keepNoteHouseholds: Writes.keepNoteHouseholds(sql),
@@ -333,7 +342,9 @@ export class Warehouse extends Context.Service<
         count: Reads.count(sql),
         findById: Reads.findById(row),
         row,
-        undecodable: Reads.undecodable(sql)
+        undecodable: Reads.undecodable(sql),
+        pruneHistory: (retention) =>
+          History.prune(sql)(retention).pipe(Effect.mapError(toWarehouseError("pruneHistory", "crm_history")))
       })
     })
   )

@@ -14,6 +14,7 @@ import type { SqlError } from "effect/sql/SqlError"
 import * as BatchSql from "./BatchSql.ts"
 import type { WriteOutcome } from "./BatchSql.ts"
 import { replaceChildren, type Written } from "./ChildLists.ts"
+import { followRows, isHistoryResource, keeps, placeLateSnapshots } from "./History.ts"
 import {
   type AnyTable,
   type Decoded,
@@ -27,6 +28,11 @@ import {
 import { type ReferenceResource, type Resource, type Source, Tables } from "./Tables.ts"
 import type { ClientChange, Prepared, ReferenceLedger, UpsertResult, WriteOptions } from "./WarehouseTypes.ts"
 import { describeRefusal, isRecordLevel, toWarehouseError } from "./WarehouseError.ts"
+
+/** Which resources keep a history (History.ts `HistorySettings`). */
+export interface HistoryKept {
+  readonly resources: ReadonlySet<Resource>
+}
 
 /** How many records go into one transaction; larger inputs are written chunk by chunk. */
 export const CHUNK_SIZE = 1000
@@ -85,7 +91,8 @@ const mergeReferences = Effect.fnUntraced(function* (
   sql: SqlClient,
   written: ReadonlyArray<Decoded>,
   source: Source,
-  known: ReferenceLedger | undefined
+  known: ReferenceLedger | undefined,
+  history: HistoryKept
 ) {
   const sightings = written.flatMap((item) => item.sightings)
   // A sighting of a known reference that names only its id would change nothing.
@@ -103,7 +110,10 @@ const mergeReferences = Effect.fnUntraced(function* (
       for (const record of news) if (!known.has(resource, record.id)) learned.push([resource, record.id])
     }
     const rows = news.map((record) => referenceRow(reference, record))
-    yield* sql.unsafe(writeStatement(reference), [JSON.stringify(rows), source])
+    const outcomes = yield* sql.unsafe<ParentOutcome>(writeStatement(reference), [JSON.stringify(rows), source])
+    if (resource === "households" && keeps(history, resource)) {
+      yield* followRows(sql, resource, idsWritten(outcomes), source)
+    }
   }
   return learned
 })
@@ -161,6 +171,31 @@ const writeParents = Effect.fnUntraced(function* (
   return outcomes
 })
 
+const idsWritten = (outcomes: ReadonlyArray<ParentOutcome>) =>
+  outcomes.filter(({ outcome }) => outcome === "inserted" || outcome === "updated").map(({ id }) => id)
+
+/**
+ * The history of a chunk (History.ts), after its parents: versions for the records written, and
+ * the snapshots the current table refused (older than the row, older copies in the same batch,
+ * or written into a deleted row) put into the middle of their chains.
+ */
+const writeHistory = Effect.fnUntraced(function* (
+  sql: SqlClient,
+  resource: Resource,
+  items: ReadonlyArray<Decoded>,
+  outcomes: ReadonlyArray<ParentOutcome>,
+  dropped: ReadonlyMap<string, ReadonlyArray<Decoded>>,
+  source: Source
+) {
+  if (!isHistoryResource(resource)) return
+  const history = resource
+  const intoDeleted = new Set(yield* followRows(sql, history, idsWritten(outcomes), source))
+  const refused = new Set(outcomes.filter(({ outcome }) => outcome === "skipped").map(({ id }) => id))
+  const late = items.filter((item) => refused.has(item.id) || intoDeleted.has(item.id))
+  if (dropped.size > 0) for (const item of items) late.push(...(dropped.get(item.id) ?? []))
+  if (late.length > 0) yield* placeLateSnapshots(sql, history, late, source)
+})
+
 /** The counts of a chunk's outcomes, and the records written (inserted or updated). */
 const writtenOf = (items: ReadonlyArray<Decoded>, outcomes: ReadonlyArray<ParentOutcome>) => {
   const counts = emptyCounts()
@@ -182,17 +217,30 @@ const writtenOf = (items: ReadonlyArray<Decoded>, outcomes: ReadonlyArray<Parent
  * One chunk in one transaction: lock the stored parents, write the parents, then the children
  * and references of those written.
  */
-const writeChunk = (sql: SqlClient, table: AnyTable, items: ReadonlyArray<Decoded>, options: WriteOptions) =>
+const writeChunk = (
+  sql: SqlClient,
+  table: AnyTable,
+  items: ReadonlyArray<Decoded>,
+  options: WriteOptions,
+  history: HistoryKept,
+  dropped: ReadonlyMap<string, ReadonlyArray<Decoded>>
+) =>
   (options.isolate === false ? identity : sql.withTransaction)(
     Effect.gen(function* () {
-      const { counts, written } = writtenOf(items, yield* writeParents(sql, table, items, options.source))
+      const outcomes = yield* writeParents(sql, table, items, options.source)
+      const { counts, written } = writtenOf(items, outcomes)
+      const resource = table.table as Resource
+      if (table.kind === "record" && keeps(history, resource)) {
+        yield* writeHistory(sql, resource, items, outcomes, dropped, options.source)
+      }
       if (written.length === 0) return { counts, references: [] }
       yield* replaceChildren(sql, table, written)
       const references = yield* mergeReferences(
         sql,
         written.map((w) => w.item),
         options.source,
-        options.known
+        options.known,
+        history
       )
       return { counts, references }
     })
@@ -212,9 +260,11 @@ const writeIsolating = (
   resource: Resource,
   table: AnyTable,
   items: ReadonlyArray<Decoded>,
-  options: WriteOptions
+  options: WriteOptions,
+  history: HistoryKept,
+  dropped: ReadonlyMap<string, ReadonlyArray<Decoded>>
 ): Effect.Effect<{ readonly counts: Counts; readonly rejected: ReadonlyArray<Rejected> }, SqlError> =>
-  writeChunk(sql, table, items, options).pipe(
+  writeChunk(sql, table, items, options, history, dropped).pipe(
     Effect.map((counts) => ({ counts, rejected: [] as ReadonlyArray<Rejected> })),
     Effect.catchIf(
       (error) => options.isolate !== false && isRecordLevel(error),
@@ -228,15 +278,32 @@ const writeIsolating = (
         }
         const middle = Math.ceil(items.length / 2)
         return Effect.zipWith(
-          writeIsolating(sql, resource, table, items.slice(0, middle), options),
-          writeIsolating(sql, resource, table, items.slice(middle), options),
+          writeIsolating(sql, resource, table, items.slice(0, middle), options, history, dropped),
+          writeIsolating(sql, resource, table, items.slice(middle), options, history, dropped),
           (a, b) => ({ counts: addCounts(a.counts, b.counts), rejected: [...a.rejected, ...b.rejected] })
         )
       }
     )
   )
 
-export const write = (sql: SqlClient) =>
+/** The older copies `latestPerId` leaves out, by id: the history places them (History.ts `placeLate`). */
+const droppedCopies = (
+  decoded: ReadonlyArray<Decoded>,
+  unique: ReadonlyArray<Decoded>
+): ReadonlyMap<string, ReadonlyArray<Decoded>> => {
+  const dropped = new Map<string, Array<Decoded>>()
+  if (unique.length === decoded.length) return dropped
+  const kept = new Set(unique)
+  for (const item of decoded) {
+    if (kept.has(item)) continue
+    const held = dropped.get(item.id)
+    if (held === undefined) dropped.set(item.id, [item])
+    else held.push(item)
+  }
+  return dropped
+}
+
+export const write = (sql: SqlClient, history: HistoryKept) =>
   Effect.fn("Warehouse.write")(
     function* (prepared: Prepared, options: WriteOptions) {
       const { resource, decoded, rejected } = prepared
@@ -247,11 +314,12 @@ export const write = (sql: SqlClient) =>
       })
       const table: AnyTable = Tables[resource]
       const unique = latestPerId(decoded)
+      const dropped = keeps(history, resource) ? droppedCopies(decoded, unique) : new Map<string, never>()
       let counts: Counts = { ...emptyCounts(), skipped: decoded.length - unique.length }
       let refused = 0
       yield* storeRejected(sql, rejected, options.source)
       for (const chunk of chunks(unique, CHUNK_SIZE)) {
-        const result = yield* writeIsolating(sql, resource, table, chunk, options)
+        const result = yield* writeIsolating(sql, resource, table, chunk, options, history, dropped)
         counts = addCounts(counts, result.counts)
         refused += result.rejected.length
         yield* storeRejected(sql, result.rejected, options.source)
@@ -261,24 +329,52 @@ export const write = (sql: SqlClient) =>
     (effect, prepared) => Effect.mapError(effect, toWarehouseError("upsert", prepared.resource))
   )
 
-export const markDeleted = (sql: SqlClient) =>
+/** A write and the history it leaves, in one transaction when there is a history to write. */
+const withHistory = <A, E, R>(
+  sql: SqlClient,
+  history: HistoryKept,
+  resource: Resource,
+  ids: ReadonlyArray<string>,
+  source: Source,
+  effect: Effect.Effect<A, E, R>
+) => {
+  if (!keeps(history, resource) || !isHistoryResource(resource)) return effect
+  return sql.withTransaction(Effect.tap(effect, () => followRows(sql, resource, ids, source)))
+}
+
+export const markDeleted = (sql: SqlClient, history: HistoryKept) =>
   Effect.fn("Warehouse.markDeleted")(
     function* (resource: Resource, ids: ReadonlyArray<string>, at: DateTime.Utc, options: WriteOptions) {
       if (ids.length === 0) return { deleted: 0, tombstoned: 0 }
-      const [result] = yield* sql.unsafe<{ deleted: number; tombstoned: number }>(
-        BatchSql.markDeleted(Tables[resource] as AnyTable),
-        [ids, DateTime.formatIso(at), options.source]
+      const [result] = yield* withHistory(
+        sql,
+        history,
+        resource,
+        ids,
+        options.source,
+        sql.unsafe<{ deleted: number; tombstoned: number }>(BatchSql.markDeleted(Tables[resource] as AnyTable), [
+          ids,
+          DateTime.formatIso(at),
+          options.source
+        ])
       )
       return { deleted: result?.deleted ?? 0, tombstoned: result?.tombstoned ?? 0 }
     },
     (effect, resource) => Effect.mapError(effect, toWarehouseError("markDeleted", resource))
   )
 
-export const undelete = (sql: SqlClient) =>
+export const undelete = (sql: SqlClient, history: HistoryKept) =>
   Effect.fn("Warehouse.undelete")(
     function* (resource: Resource, ids: ReadonlyArray<string>, options: WriteOptions) {
       if (ids.length === 0) return 0
-      const rows = yield* sql.unsafe(BatchSql.undelete(Tables[resource] as AnyTable), [ids, options.source])
+      const rows = yield* withHistory(
+        sql,
+        history,
+        resource,
+        ids,
+        options.source,
+        sql.unsafe(BatchSql.undelete(Tables[resource] as AnyTable), [ids, options.source])
+      )
       return rows.length
     },
     (effect, resource) => Effect.mapError(effect, toWarehouseError("undelete", resource))

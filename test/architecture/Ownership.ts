@@ -3,7 +3,7 @@
  * does not own: `src/` with comments and quoted strings removed (crm-sync writes its SQL in template
  * literals),
  * every `crm.<table>` and `crm_sync.<table>` they name (schema `crm` is named by src/warehouse/
- * alone, which builds its table names from Tables.ts).
+ * alone, which builds its table names from Tables.ts; so is schema crm_history, its history).
  */
 import { readdirSync, readFileSync } from "node:fs"
 import { join, relative } from "node:path"
@@ -14,6 +14,7 @@ const src = join(root, "src")
 /** The owner of each table of schema crm_sync, and of schema crm as a whole. */
 export const TableOwners: Readonly<Record<string, ReadonlyArray<string>>> = {
   "crm.*": ["src/warehouse/"],
+  "crm_history.*": ["src/warehouse/"],
   "crm_sync.webhook_inbox": ["src/webhooks/WebhookInbox.ts"],
   "crm_sync.webhook_subscriptions": ["src/webhooks/Subscriptions.ts"],
   "crm_sync.webhook_refusals": ["src/webhooks/WebhookRefusals.ts"],
@@ -59,6 +60,7 @@ export const tablesNamed = (text: string): ReadonlySet<string> => {
   const names = new Set<string>()
   for (const match of sql.matchAll(/\bcrm_sync\.([a-z_]+)/g)) names.add(`crm_sync.${match[1]}`)
   if (/\bcrm\.["a-z_$]/.test(sql)) names.add("crm.*")
+  if (/\bcrm_history\.["a-z_$]/.test(sql)) names.add("crm_history.*")
   return names
 }
 

@@ -1,7 +1,7 @@
 /**
  * `npm run bench [-- NAME ...] [-- --quick] [-- --no-docs]`: runs the benchmarks one after another,
  * each in a process of its own (they measure memory and CPU, and must not share a heap), and
- * passes the flags on. With no name, every one: budget, fairness, crawl, intake, freshness, hostile, startup, partner, statusview. Each prints its
+ * passes the flags on. With no name, every one: budget, fairness, crawl, intake, freshness, hostile, startup, partner, statusview, history. Each prints its
  * figures and writes them into the docs between their markers (see figures.ts).
  */
 import { spawnSync } from "node:child_process"
@@ -17,7 +17,8 @@ const benches = [
   "hostile",
   "startup",
   "partner",
-  "statusview"
+  "statusview",
+  "history"
 ] as const
 
 const args = process.argv.slice(2)

@@ -6,13 +6,16 @@
  * stored transcript the CRM's current one, and none of a deleted meeting or a hidden transcript
  * in `crm.current_meeting_transcripts`. With many connections (run.ts `--connections`), the listings
  * are every connection's (the warehouse holds their union) and every connection's first runs have
- * succeeded, none's last run failed. Returns the mismatches (empty: the run passed), one line
+ * succeeded, none's last run failed. The history (crm_history) of every resource keeping one:
+ * versions chained without gap or overlap, the current version the current row, no version
+ * repeating the one before (test/support/HistoryChains.ts). Returns the mismatches (empty: the run passed), one line
  * each with its reason, and the figures.
  */
 import { PgClient } from "@effect/sql-pg"
 import { Effect, Layer, Redacted } from "effect"
 import { Reactivity } from "effect/reactivity"
 import type { Sandbox } from "@crm-sync/sandbox"
+import { HISTORY_TABLES, historyProblems } from "../support/HistoryChains.ts"
 import { compareTable } from "../sync/compare.ts"
 import type { Database } from "./cluster.ts"
 
@@ -537,6 +540,18 @@ export const judge = async (input: VerdictInput) => {
       (await query<{ n: string }>("SELECT count(*) AS n FROM crm_sync.job_runs WHERE status = 'failed'"))[0]?.n ?? 0
     )
   }
+
+  // 5c. The history: every chain whole, its current version the row, no version repeated. (That
+  // every change the daemon saw is a version is not checked: the sandbox does not record which
+  // snapshots each read and delivery carried.)
+  let versions = 0
+  for (const table of HISTORY_TABLES) {
+    const problems = await query<{ id: string; problem: string }>(historyProblems(table))
+    mismatches.push(...problems.slice(0, 10).map((row) => `crm_history.${table} ${row.id}: ${row.problem}`))
+    const [count] = await query<{ n: string }>(`SELECT count(*) AS n FROM crm_history.${table}`)
+    versions += Number(count?.n ?? 0)
+  }
+  figures.history_versions = versions
 
   // 6. No secret in any log line.
   for (const [what, value] of Object.entries(input.secrets)) {

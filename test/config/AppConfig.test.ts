@@ -99,6 +99,25 @@ describe("AppConfig", () => {
     })
   )
 
+  it.effect("history: every resource that can keep one by default, kept forever; a list and a duration otherwise", () =>
+    Effect.gen(function* () {
+      const defaults = yield* decodeDocument({})
+      assert.deepStrictEqual(defaults.history.resources, [
+        "annuity_contracts",
+        "businesses",
+        "clients",
+        "financial_accounts",
+        "households"
+      ])
+      assert.strictEqual(defaults.history.retention, "forever")
+      const set = yield* decodeDocument({ history: { resources: ["financial_accounts"], retention: "400 days" } })
+      assert.deepStrictEqual(set.history.resources, ["financial_accounts"])
+      assert.notStrictEqual(set.history.retention, "forever")
+      const unknown = failure(yield* Effect.exit(decodeDocument({ history: { resources: ["tasks"] } })))
+      assert.include(unknown.line, "history.resources")
+    })
+  )
+
   it.effect("secrets never print", () =>
     Effect.gen(function* () {
       const config = yield* load({ CRM_BASE_URL: "https://crm.example.test", CRM_TOKEN: "pat_supersecret" })

@@ -52,6 +52,16 @@ layer(TestDatabase)("dbt sources", (it) => {
           assert.isTrue(columns.get(table.name)!.has(column.name), `${table.name}.${column.name} exists`)
         }
       }
+
+      // The history: every table and view of schema crm_history.
+      const history = sources().find((source) => source.name === "crm_history")
+      const relations = yield* sql<{ table_name: string }>`
+        SELECT table_name FROM information_schema.tables WHERE table_schema = 'crm_history'`
+      assert.strictEqual(history?.schema, "crm_history")
+      assert.sameMembers(
+        history!.tables.map((table) => table.name),
+        relations.map((row) => row.table_name)
+      )
     })
   )
 })

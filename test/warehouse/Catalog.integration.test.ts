@@ -33,6 +33,10 @@ layer(TestDatabase, { timeout: 60_000, excludeTestServices: true })("the warehou
       assert.include(comment("tasks", "deleted_at"), "in the CRM's clock")
       // Migration 0023: a client's fields are ordered one by one.
       assert.include(comment("clients", "field_signed_at"), "changed_fields")
+      // Migration 0025: the history's tables, their own columns and the record's.
+      assert.include(comment("history_financial_accounts", "valid_to"), "NULL for the current version")
+      assert.include(comment("history_financial_accounts", "balance_in_cents"), "cents")
+      assert.include(comment("history_annuity_contracts", "values"), "values")
     })
   )
 })

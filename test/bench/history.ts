@@ -1,0 +1,270 @@
+/**
+ * History benchmark: `npm run bench -- history [--quick] [--no-docs]` (`--accounts N` to choose).
+ *
+ * What the history (crm_history, docs/history.md) costs the warehouse's writes, with history on and
+ * off in the same run, each in a fresh database on one embedded PostgreSQL:
+ * - a crawl of N financial accounts as the crawl writes it (`Warehouse.write` of pages of 100,
+ *   ten pages a transaction, a `KnownReferences` ledger), records written per second; then a second
+ *   crawl in which 10% of the accounts changed, which must add exactly N/10 versions;
+ * - client events applied per second (`Warehouse.writeClients`, batches of 100 deliveries, the
+ *   event processor's batch write);
+ * - as-of reads on a history of N accounts × 30 daily versions (made with SQL): one household's
+ *   daily balances over a year, and every account at one date.
+ * The CRM side (HTTP, decoding pages) is left out: it costs the same either way, and crawl.ts
+ * measures it. Targets: on ≥ 90% of off for both rates, household year ≤ 50 ms, all accounts at
+ * one date ≤ 2 s. Figures go into docs/history.md between the `bench:history` markers.
+ */
+import { PgClient } from "@effect/sql-pg"
+import { Effect, Layer, Redacted } from "effect"
+import { Reactivity } from "effect/reactivity"
+import { SqlClient } from "effect/sql/SqlClient"
+import { mkdtempSync, rmSync } from "node:fs"
+import { availableParallelism, tmpdir } from "node:os"
+import { join } from "node:path"
+import { acquireEmbeddedDatabase } from "../../src/warehouse/EmbeddedDatabase.ts"
+import { HistorySettings } from "../../src/warehouse/History.ts"
+import { migrate } from "../../src/warehouse/Migrations.ts"
+import { combine, KnownReferences, prepare, Warehouse } from "../../src/warehouse/Warehouse.ts"
+import { recordFigures } from "./figures.ts"
+
+const argument = (name: string) => {
+  const index = process.argv.indexOf(name)
+  return index < 0 ? undefined : process.argv[index + 1]
+}
+
+const QUICK = process.argv.includes("--quick")
+/** Only the as-of reads (the writes are not measured): `--reads-only`. */
+const READS_ONLY = process.argv.includes("--reads-only")
+const ACCOUNTS = Number(argument("--accounts") ?? (QUICK ? 20_000 : 1_000_000))
+const EVENTS = Math.min(ACCOUNTS, QUICK ? 10_000 : 100_000)
+const PAGE = 100
+const PAGES_PER_WRITE = 10
+const DAYS = 30
+const ACCOUNTS_PER_HOUSEHOLD = 4
+
+const pad = (n: number) => String(n).padStart(8, "0")
+
+/** Account `i` as the CRM lists it; `version` changes its balance and updated_at. */
+const account = (i: number, version: number) => ({
+  id: `fa_${pad(i)}`,
+  name: `Account ${i}`,
+  institution_name: "Pinecrest Custody",
+  account_number: "****5521",
+  notes: null,
+  other_tax_advantaged_type_label: null,
+  book_id: "book_1",
+  household_id: `hh_${pad(Math.floor(i / ACCOUNTS_PER_HOUSEHOLD))}`,
+  account_type: "brokerage",
+  tax_advantaged_type: "taxable",
+  balance_in_cents: 100_000 + i + version * 1000,
+  balance_as_of: new Date(Date.UTC(2026, 0, 1 + version)).toISOString(),
+  owner_ids: [`per_${i}`],
+  custom_fields: { model_portfolio: "Growth 80/20" },
+  created_at: "2022-08-30T12:00:00Z",
+  updated_at: new Date(Date.UTC(2026, 0, 1 + version, 12)).toISOString()
+})
+
+const database = (adminUrl: string, name: string, history: boolean) =>
+  Layer.unwrap(
+    Effect.gen(function* () {
+      const admin = yield* PgClient.make({ url: Redacted.make(adminUrl), maxConnections: 1 }).pipe(
+        Effect.provide(Reactivity.layer)
+      )
+      yield* admin.unsafe(`CREATE DATABASE ${name}`)
+      const url = new URL(adminUrl)
+      url.pathname = `/${name}`
+      return Warehouse.layer.pipe(
+        Layer.provide(
+          Layer.succeed(HistorySettings, {
+            resources: new Set(history ? (["financial_accounts", "households", "clients"] as const) : [])
+          })
+        ),
+        Layer.provideMerge(Layer.effectDiscard(Effect.asVoid(migrate))),
+        Layer.provideMerge(PgClient.layer({ url: Redacted.make(url.toString()), maxConnections: 8 }))
+      )
+    })
+  )
+
+/** One crawl of every account at `version` (or, for the ids `changed` says, the next version). */
+const crawl = (version: (i: number) => number) =>
+  Effect.gen(function* () {
+    const warehouse = yield* Warehouse
+    const references = new KnownReferences()
+    const started = performance.now()
+    for (let first = 0; first < ACCOUNTS; first += PAGE * PAGES_PER_WRITE) {
+      const pages = []
+      for (let page = first; page < Math.min(ACCOUNTS, first + PAGE * PAGES_PER_WRITE); page += PAGE) {
+        const records = []
+        for (let i = page; i < Math.min(ACCOUNTS, page + PAGE); i++) records.push(account(i, version(i)))
+        pages.push(prepare("financial_accounts", records))
+      }
+      const ledger = references.open()
+      yield* warehouse.write(combine("financial_accounts", pages), { source: "crawl", known: ledger })
+      ledger.settle()
+    }
+    return (performance.now() - started) / 1000
+  })
+
+/** EVENTS client.updated deliveries (a tier change each), in batches of 100. */
+const clientEvents = Effect.gen(function* () {
+  const warehouse = yield* Warehouse
+  const started = performance.now()
+  for (let first = 0; first < EVENTS; first += PAGE) {
+    const deliveries = []
+    for (let i = first; i < Math.min(EVENTS, first + PAGE); i++) {
+      deliveries.push({
+        record: { id: `cli_${pad(i % 1000)}`, name: `Client ${i % 1000}`, tier: `tier ${i}` },
+        signedAt: new Date(Date.UTC(2026, 0, 1, 0, 0, 0, i)).toISOString(),
+        changedFields: ["tier"]
+      })
+    }
+    yield* warehouse.writeClients(deliveries, { source: "webhook" })
+  }
+  return (performance.now() - started) / 1000
+})
+
+const versions = Effect.gen(function* () {
+  const sql = yield* SqlClient
+  const [row] = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM crm_history.financial_accounts`
+  return row?.n ?? 0
+})
+
+interface WriteFigures {
+  readonly crawlSeconds: number
+  readonly recrawlSeconds: number
+  readonly added: number
+  readonly eventsSeconds: number
+}
+
+const writes = (adminUrl: string, history: boolean) =>
+  Effect.scoped(
+    Effect.gen(function* () {
+      console.error(`history ${history ? "on" : "off"}: crawling ${ACCOUNTS.toLocaleString("en-US")} accounts…`)
+      const crawlSeconds = yield* crawl(() => 0)
+      const before = yield* versions
+      const recrawlSeconds = yield* crawl((i) => (i % 10 === 0 ? 1 : 0))
+      const added = (yield* versions) - before
+      const eventsSeconds = yield* clientEvents
+      return { crawlSeconds, recrawlSeconds, added, eventsSeconds } satisfies WriteFigures
+    }).pipe(Effect.provide(database(adminUrl, `bench_history_${history ? "on" : "off"}`, history)))
+  )
+
+/** Milliseconds of the best of three runs of a query. */
+const timed = (query: Effect.Effect<unknown, unknown>) =>
+  Effect.gen(function* () {
+    let best = Infinity
+    for (let round = 0; round < 3; round++) {
+      const started = performance.now()
+      yield* query
+      best = Math.min(best, performance.now() - started)
+    }
+    return Math.round(best * 10) / 10
+  })
+
+/** A history of ACCOUNTS × DAYS daily versions, made with SQL, then the two as-of reads timed. */
+const reads = (adminUrl: string) =>
+  Effect.scoped(
+    Effect.gen(function* () {
+      const sql = yield* SqlClient
+      console.error(`building ${ACCOUNTS.toLocaleString("en-US")} × ${DAYS} versions…`)
+      yield* sql`TRUNCATE crm_history.financial_accounts`
+      // Loaded without its secondary indexes, which are then built as the migration defines them.
+      const indexes = yield* sql<{ name: string; definition: string }>`
+        SELECT indexname AS name, indexdef AS definition FROM pg_indexes
+        WHERE schemaname = 'crm_history' AND tablename = 'financial_accounts' AND indexname <> 'financial_accounts_pkey'`
+      for (const index of indexes) yield* sql.unsafe(`DROP INDEX crm_history.${index.name}`)
+      yield* sql.unsafe(`
+        INSERT INTO crm.financial_accounts (id, household_id, balance_in_cents, updated_at, source, raw)
+        SELECT 'fa_' || lpad(i::text, 8, '0'), 'hh_' || lpad((i / ${ACCOUNTS_PER_HOUSEHOLD})::text, 8, '0'), i,
+               timestamptz '2026-01-01' + ${DAYS - 1} * interval '1 day', 'crawl', '{}'
+        FROM generate_series(0, ${ACCOUNTS - 1}) AS i
+        ON CONFLICT (id) DO NOTHING`)
+      yield* sql.unsafe(`
+        INSERT INTO crm_history.financial_accounts
+          (id, valid_from, valid_to, is_current, deleted, household_id, balance_in_cents, updated_at, source, synced_at)
+        SELECT 'fa_' || lpad(i::text, 8, '0'),
+               timestamptz '2026-01-01' + d * interval '1 day',
+               CASE WHEN d < ${DAYS - 1} THEN timestamptz '2026-01-01' + (d + 1) * interval '1 day' END,
+               d = ${DAYS - 1}, false, 'hh_' || lpad((i / ${ACCOUNTS_PER_HOUSEHOLD})::text, 8, '0'),
+               i * 100 + d, timestamptz '2026-01-01' + d * interval '1 day', 'crawl', now()
+        FROM generate_series(0, ${ACCOUNTS - 1}) AS i, generate_series(0, ${DAYS - 1}) AS d`)
+      yield* sql`SET maintenance_work_mem = '512MB'`
+      for (const index of indexes) yield* sql.unsafe(index.definition)
+      yield* sql`VACUUM ANALYZE crm_history.financial_accounts`
+      yield* sql`ANALYZE crm.financial_accounts`
+      const household = `hh_${pad(Math.floor(ACCOUNTS / 2 / ACCOUNTS_PER_HOUSEHOLD))}`
+      const householdYear = yield* timed(
+        sql`SELECT day, sum(balance_in_cents) AS balance
+            FROM crm_history.financial_account_balances_daily
+            WHERE financial_account_id IN (SELECT id FROM crm.financial_accounts WHERE household_id = ${household})
+              AND day BETWEEN '2026-01-01' AND '2026-12-31'
+            GROUP BY day ORDER BY day`
+      )
+      const allAtDate = yield* timed(
+        sql`SELECT count(*), sum(balance_in_cents) FROM crm_history.financial_accounts_as_of('2026-01-15T00:00:00Z')`
+      )
+      return { householdYear, allAtDate }
+    }).pipe(Effect.provide(database(adminUrl, "bench_history_reads", true)))
+  )
+
+const main = Effect.gen(function* () {
+  const folder = mkdtempSync(join(tmpdir(), "crm-sync-bench-history-"))
+  yield* Effect.addFinalizer(() => Effect.sync(() => rmSync(folder, { recursive: true, force: true })))
+  const server = yield* acquireEmbeddedDatabase(folder)
+  const adminUrl = Redacted.value(server.url)
+  const off = READS_ONLY ? undefined : yield* writes(adminUrl, false)
+  const on = READS_ONLY ? undefined : yield* writes(adminUrl, true)
+  const timings = yield* reads(adminUrl)
+  return { off, on, timings }
+})
+
+const number = (n: number) => Math.round(n).toLocaleString("en-US")
+
+const readsLine = (timings: { readonly householdYear: number; readonly allAtDate: number }) =>
+  `On a history of ${number(ACCOUNTS)} accounts × ${DAYS} daily versions (best of 3): one household's daily balances over a year ${timings.householdYear} ms (target ≤ 50 ms: ${timings.householdYear <= 50 ? "met" : "**not met**"}); every account at one date (\`financial_accounts_as_of\`) ${timings.allAtDate} ms (target ≤ 2 s: ${timings.allAtDate <= 2000 ? "met" : "**not met**"}). The series probes the primary key (id, valid_from) once per account and day, reached through crm.financial_accounts' household_id index; the as-of function reads the GiST index on tstzrange(valid_from, valid_to).`
+
+const report = ({ off, on, timings }: Effect.Success<typeof main>) => {
+  if (off === undefined || on === undefined) {
+    return [
+      `Measured ${new Date().toISOString().slice(0, 10)} on this machine (${availableParallelism()} CPUs), embedded PostgreSQL, \`npm run bench -- history --reads-only\`:`,
+      "",
+      readsLine(timings)
+    ].join("\n")
+  }
+  const rate = (n: number, seconds: number) => n / seconds
+  const crawlOff = rate(ACCOUNTS, off.crawlSeconds)
+  const crawlOn = rate(ACCOUNTS, on.crawlSeconds)
+  const recrawlOff = rate(ACCOUNTS, off.recrawlSeconds)
+  const recrawlOn = rate(ACCOUNTS, on.recrawlSeconds)
+  const eventsOff = rate(EVENTS, off.eventsSeconds)
+  const eventsOn = rate(EVENTS, on.eventsSeconds)
+  const share = (a: number, b: number) => `${Math.round((a / b) * 100)}%`
+  const met = (ok: boolean) => (ok ? "met" : "**not met**")
+  return [
+    `Measured ${new Date().toISOString().slice(0, 10)} on this machine (${availableParallelism()} CPUs), embedded PostgreSQL, \`npm run bench -- history${QUICK ? " --quick" : ""}\` (the warehouse's writes only: no HTTP, no decoding of pages):`,
+    "",
+    "| | history off | history on | on ÷ off |",
+    "|---|---|---|---|",
+    `| crawl of ${number(ACCOUNTS)} accounts (records/s) | ${number(crawlOff)} | ${number(crawlOn)} | ${share(crawlOn, crawlOff)} |`,
+    `| second crawl, 10% changed (records/s) | ${number(recrawlOff)} | ${number(recrawlOn)} | ${share(recrawlOn, recrawlOff)} |`,
+    `| client events applied (/s, ${number(EVENTS)} in batches of ${PAGE}) | ${number(eventsOff)} | ${number(eventsOn)} | ${share(eventsOn, eventsOff)} |`,
+    "",
+    `The second crawl added ${number(on.added)} versions (expected ${number(ACCOUNTS / 10)}: ${met(on.added === ACCOUNTS / 10)}).`,
+    `Crawl with history ≥ 90% of without: ${met(crawlOn >= 0.9 * crawlOff)}; events: ${met(eventsOn >= 0.9 * eventsOff)}.`,
+    "",
+    readsLine(timings)
+  ].join("\n")
+}
+
+Effect.runPromise(Effect.scoped(main)).then(
+  async (results) => {
+    const text = report(results)
+    console.log(`\n${text}\n`)
+    await recordFigures("history", text, ["docs/history.md"])
+    process.exit(0)
+  },
+  (error) => {
+    console.error(error)
+    process.exit(1)
+  }
+)
