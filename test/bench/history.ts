@@ -223,6 +223,9 @@ const number = (n: number) => Math.round(n).toLocaleString("en-US")
 const readsLine = (timings: { readonly householdYear: number; readonly allAtDate: number }) =>
   `On a history of ${number(ACCOUNTS)} accounts × ${DAYS} daily versions (best of 3): one household's daily balances over a year ${timings.householdYear} ms (target ≤ 50 ms: ${timings.householdYear <= 50 ? "met" : "**not met**"}); every account at one date (\`financial_accounts_as_of\`) ${timings.allAtDate} ms (target ≤ 2 s: ${timings.allAtDate <= 2000 ? "met" : "**not met**"}). The series probes the primary key (id, valid_from) once per account and day, reached through crm.financial_accounts' household_id index; the as-of function reads the GiST index on tstzrange(valid_from, valid_to).`
 
+const rate = (n: number, seconds: number) => n / seconds
+const share = (a: number, b: number) => `${Math.round((a / b) * 100)}%`
+const met = (ok: boolean) => (ok ? "met" : "**not met**")
 const report = ({ off, on, timings }: Effect.Success<typeof main>) => {
   if (off === undefined || on === undefined) {
     return [
@@ -231,15 +234,12 @@ const report = ({ off, on, timings }: Effect.Success<typeof main>) => {
       readsLine(timings)
     ].join("\n")
   }
-  const rate = (n: number, seconds: number) => n / seconds
   const crawlOff = rate(ACCOUNTS, off.crawlSeconds)
   const crawlOn = rate(ACCOUNTS, on.crawlSeconds)
   const recrawlOff = rate(ACCOUNTS, off.recrawlSeconds)
   const recrawlOn = rate(ACCOUNTS, on.recrawlSeconds)
   const eventsOff = rate(EVENTS, off.eventsSeconds)
   const eventsOn = rate(EVENTS, on.eventsSeconds)
-  const share = (a: number, b: number) => `${Math.round((a / b) * 100)}%`
-  const met = (ok: boolean) => (ok ? "met" : "**not met**")
   return [
     `Measured ${new Date().toISOString().slice(0, 10)} on this machine (${availableParallelism()} CPUs), embedded PostgreSQL, \`npm run bench -- history${QUICK ? " --quick" : ""}\` (the warehouse's writes only: no HTTP, no decoding of pages):`,
     "",

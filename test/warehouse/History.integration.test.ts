@@ -65,6 +65,14 @@ const withHousehold = (id: string, name: string | null) =>
 
 const at = (iso: string) => DateTime.makeUnsafe(iso)
 
+/** An annuity contract fixture with this id, time and status. */
+const contract = (id: string, updatedAt: string, status: string) => ({
+  ...resourceFixture("annuity_contract"),
+  id,
+  updated_at: updatedAt,
+  status
+})
+
 layer(TestWarehouse)("History", (it) => {
   it.effect("adds a version per content change, and nothing for a replay or a re-read", () =>
     Effect.gen(function* () {
@@ -216,12 +224,6 @@ layer(TestWarehouse)("History", (it) => {
       const sql = yield* SqlClient
       const write = (records: ReadonlyArray<JsonObject>) =>
         warehouse.upsert("annuity_contracts", records, { source: "crawl" })
-      const contract = (id: string, updatedAt: string, status: string) => ({
-        ...resourceFixture("annuity_contract"),
-        id,
-        updated_at: updatedAt,
-        status
-      })
       for (const id of ["ac_gap", "ac_repeat", "ac_row"]) {
         yield* write([contract(id, "2026-01-01T00:00:00Z", "active")])
         yield* write([contract(id, "2026-01-02T00:00:00Z", "surrendered")])
