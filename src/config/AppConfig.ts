@@ -287,7 +287,9 @@ const Outbound = Schema.Struct({
  */
 const DatabaseSettings = Schema.Struct({
   lock_timeout: withDefault(DurationBetween("100 millis", "10 minutes", "10 seconds"), "10 seconds"),
-  idle_in_transaction: withDefault(DurationBetween("35 seconds", "1 day", "1 minute"), "1 minute")
+  idle_in_transaction: withDefault(DurationBetween("35 seconds", "1 day", "1 minute"), "1 minute"),
+  /** Pooled sessions of one process: each LISTEN keeps one, each running job uses one or two. */
+  pool_size: withDefault(PositiveInt.check(Schema.isGreaterThanOrEqualTo(4), Schema.isLessThanOrEqualTo(200)), 10)
 })
 
 export const ConfigDocument = Schema.Struct({

@@ -87,13 +87,16 @@ const reachable = (target: string) =>
 
 /** A client on `url` with crm-sync's session settings, checked to answer; with DatabaseInfo. */
 const connected = (
+  maxConnections: number,
   url: Redacted.Redacted<string>,
   startupParameters: Record<string, string>,
   info: DatabaseInfoShape,
   target: string
 ) =>
   Layer.merge(
-    reachable(target).pipe(Layer.provideMerge(PgClient.layer({ url, applicationName: "crm-sync", startupParameters }))),
+    reachable(target).pipe(
+      Layer.provideMerge(PgClient.layer({ url, applicationName: "crm-sync", startupParameters, maxConnections }))
+    ),
     Layer.succeed(DatabaseInfo, {
       ...info,
       dedicated: PgClient.make({
@@ -114,6 +117,7 @@ export const DatabaseLive = Layer.unwrap(
       const location = describeUrl(Redacted.value(url))
       const user = userOf(Redacted.value(url))
       return connected(
+        config.database.pool_size,
         url,
         startupParameters,
         { kind: "external", location },
@@ -122,7 +126,7 @@ export const DatabaseLive = Layer.unwrap(
     }
     const embedded = yield* acquireEmbeddedDatabase(config.data_dir)
     const location = `${embedded.dataDirectory} (port ${embedded.port}${embedded.owned ? "" : ", shared with another process"})`
-    return connected(embedded.url, startupParameters, { kind: "embedded", location }, `embedded PostgreSQL ${location}`)
+    return connected(config.database.pool_size, embedded.url, startupParameters, { kind: "embedded", location }, `embedded PostgreSQL ${location}`)
   })
 )
 

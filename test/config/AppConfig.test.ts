@@ -337,7 +337,8 @@ describe("AppConfig", () => {
       "whsec_"
     ],
     ["a safety margin of an hour", { budget: { safety_margin: "1 hour" } }, "budget.safety_margin", "from"],
-    ["a 1 GB body limit", { webhooks: { max_body_bytes: 1_000_000_000 } }, "webhooks.max_body_bytes", ""]
+    ["a 1 GB body limit", { webhooks: { max_body_bytes: 1_000_000_000 } }, "webhooks.max_body_bytes", ""],
+    ["a pool of 2 sessions", { database: { pool_size: 2 } }, "database.pool_size", ""]
   ]
 
   for (const [name, document, key, says] of refused) {
