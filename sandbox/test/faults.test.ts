@@ -284,15 +284,13 @@ layer(sandboxLayer({ records: 2000, webhookRetrySchedule: [] }), { excludeTestSe
           assert.strictEqual(webhooks[0]!.body, webhooks[1]!.body)
           yield* verifyWebhook(secret, webhooks[1]!)
           // The log records an attempt once its answer is in, which can come after the receiver saw it.
-          const deliveries = yield* a
-            .deliveries()
-            .pipe(
-              Effect.repeat({
-                until: (logged) => logged.length >= 2,
-                schedule: Schedule.spaced("20 millis"),
-                times: 100
-              })
-            )
+          const deliveries = yield* a.deliveries().pipe(
+            Effect.repeat({
+              until: (logged) => logged.length >= 2,
+              schedule: Schedule.spaced("20 millis"),
+              times: 100
+            })
+          )
           assert.deepStrictEqual(
             deliveries.map((d) => d.duplicate),
             [false, true]

@@ -126,7 +126,13 @@ export const DatabaseLive = Layer.unwrap(
     }
     const embedded = yield* acquireEmbeddedDatabase(config.data_dir)
     const location = `${embedded.dataDirectory} (port ${embedded.port}${embedded.owned ? "" : ", shared with another process"})`
-    return connected(config.database.pool_size, embedded.url, startupParameters, { kind: "embedded", location }, `embedded PostgreSQL ${location}`)
+    return connected(
+      config.database.pool_size,
+      embedded.url,
+      startupParameters,
+      { kind: "embedded", location },
+      `embedded PostgreSQL ${location}`
+    )
   })
 )
 
