@@ -5,7 +5,7 @@
 -- warehouse writes them in the same transaction as crm.<table> (src/warehouse/History.ts).
 -- Each table starts with one version per live row, as of its updated_at (its synced_at where it
 -- has none). Forward-only: never edit once landed.
-CREATE SCHEMA crm_history;
+CREATE SCHEMA IF NOT EXISTS crm_history;
 
 COMMENT ON SCHEMA crm_history IS 'Every version of the records of crm (type-2 history), written by crm-sync with the current rows (docs/history.md).';
 
@@ -293,3 +293,19 @@ COMMENT ON COLUMN crm_history.financial_account_balances_daily.book_id IS 'The a
 COMMENT ON COLUMN crm_history.financial_account_balances_daily.balance_in_cents IS 'The balance in cents at the end of the day (the last version of the day or before).';
 COMMENT ON COLUMN crm_history.financial_account_balances_daily.balance_as_of IS 'When the CRM says that balance was taken.';
 COMMENT ON COLUMN crm_history.financial_account_balances_daily.version_valid_from IS 'valid_from of the version the row shows.';
+
+-- Where ops/sql/roles.sql made the least-privilege roles, they reach the new schema as they reach
+-- crm: the runtime writes the versions, analysts read them (a schema made by an earlier run of
+-- roles.sql, or by this migration, is owned by the migrating role, which may grant on it).
+DO $$
+BEGIN
+  IF EXISTS (SELECT FROM pg_roles WHERE rolname = 'crm_sync_runtime') THEN
+    GRANT USAGE ON SCHEMA crm_history TO crm_sync_runtime;
+    GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA crm_history TO crm_sync_runtime;
+  END IF;
+  IF EXISTS (SELECT FROM pg_roles WHERE rolname = 'crm_reader') THEN
+    GRANT USAGE ON SCHEMA crm_history TO crm_reader;
+    GRANT SELECT ON ALL TABLES IN SCHEMA crm_history TO crm_reader;
+  END IF;
+END
+$$;

@@ -15,7 +15,7 @@
 --
 -- The shipped Kubernetes manifests follow this: the Deployment's init container `migrate` runs as
 -- crm_sync_owner (Secret crm-sync-owner), every other container as crm_sync_runtime with `check`.
---   crm_reader        for analysts and BI tools: reads schema crm (the warehouse), nothing in
+--   crm_reader        for analysts and BI tools: reads schemas crm and crm_history, nothing in
 --                     crm_sync (credentials, inbox, outbox, rate windows).
 --
 -- A warehouse migrated earlier by another role keeps that role as its tables' owner; hand them
@@ -45,22 +45,23 @@ GRANT USAGE ON SCHEMA public TO crm_sync_runtime;
 -- privileges below can name them.
 CREATE SCHEMA IF NOT EXISTS crm AUTHORIZATION crm_sync_owner;
 CREATE SCHEMA IF NOT EXISTS crm_sync AUTHORIZATION crm_sync_owner;
+CREATE SCHEMA IF NOT EXISTS crm_history AUTHORIZATION crm_sync_owner;
 
 -- The runtime: rows in both schemas, sequences for their ids, and reading which migrations ran.
-GRANT USAGE ON SCHEMA crm, crm_sync TO crm_sync_runtime;
-ALTER DEFAULT PRIVILEGES FOR ROLE crm_sync_owner IN SCHEMA crm, crm_sync
+GRANT USAGE ON SCHEMA crm, crm_sync, crm_history TO crm_sync_runtime;
+ALTER DEFAULT PRIVILEGES FOR ROLE crm_sync_owner IN SCHEMA crm, crm_sync, crm_history
   GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO crm_sync_runtime;
-ALTER DEFAULT PRIVILEGES FOR ROLE crm_sync_owner IN SCHEMA crm, crm_sync
+ALTER DEFAULT PRIVILEGES FOR ROLE crm_sync_owner IN SCHEMA crm, crm_sync, crm_history
   GRANT USAGE, SELECT ON SEQUENCES TO crm_sync_runtime;
 ALTER DEFAULT PRIVILEGES FOR ROLE crm_sync_owner IN SCHEMA public
   GRANT SELECT ON TABLES TO crm_sync_runtime;
-GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA crm, crm_sync TO crm_sync_runtime;
-GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA crm, crm_sync TO crm_sync_runtime;
+GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA crm, crm_sync, crm_history TO crm_sync_runtime;
+GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA crm, crm_sync, crm_history TO crm_sync_runtime;
 
--- Analysts: the warehouse only.
-GRANT USAGE ON SCHEMA crm TO crm_reader;
-ALTER DEFAULT PRIVILEGES FOR ROLE crm_sync_owner IN SCHEMA crm GRANT SELECT ON TABLES TO crm_reader;
-GRANT SELECT ON ALL TABLES IN SCHEMA crm TO crm_reader;
+-- Analysts: the warehouse and its history only.
+GRANT USAGE ON SCHEMA crm, crm_history TO crm_reader;
+ALTER DEFAULT PRIVILEGES FOR ROLE crm_sync_owner IN SCHEMA crm, crm_history GRANT SELECT ON TABLES TO crm_reader;
+GRANT SELECT ON ALL TABLES IN SCHEMA crm, crm_history TO crm_reader;
 
 -- Tables of an earlier run of this script's migrations (crm_sync_migrations, once it exists).
 DO $$

@@ -25,7 +25,7 @@
  * `/metrics` at the end, or just before it is killed). With `--kill-one`, the last replica is
  * SIGKILLed once half of the first runs are done; the runs it held are marked `interrupted` by
  * the others' orphan sweep, and the figure is the longest time from the kill until each such job
- * succeeded elsewhere. Written between the `bench:partner-replicas` markers.
+ * succeeded elsewhere. Written between the `bench:partner-replicas` (`-kill`) markers.
  */
 import { PgClient } from "@effect/sql-pg"
 import { Effect, Exit, Fiber, Queue, Redacted, Scope } from "effect"
@@ -493,5 +493,12 @@ const figures = [
   `Times from the daemon's spawn; its admin port answered after ${result.listeningAfter.toFixed(1)} s, and the probes sample from then. The machine's 5-minute load average at the end: ${result.load.toFixed(1)} (other work shares its 2 cores). Progress: ${result.timeline.length === 0 ? "done before the first 10-s mark" : result.timeline.join("; ")}.`
 ].join("\n")
 console.log(`\n${figures}\n`)
-await recordFigures(REPLICAS > 1 ? "partner-replicas" : OVERLAPPING ? "partner-overlapping" : "partner", figures)
+const marker = KILL_ONE
+  ? "partner-replicas-kill"
+  : REPLICAS > 1
+    ? "partner-replicas"
+    : OVERLAPPING
+      ? "partner-overlapping"
+      : "partner"
+await recordFigures(marker, figures)
 process.exit(0)

@@ -57,7 +57,7 @@ layer(
   { timeout: 120_000, excludeTestServices: true }
 )("ops/sql/roles.sql", (it) => {
   it.effect(
-    "an owner that migrates, a runtime that syncs without DDL, a reader of crm alone",
+    "an owner that migrates, a runtime that syncs without DDL, a reader of crm and its history alone",
     () =>
       Effect.gen(function* () {
         const sandbox = yield* Sandbox
@@ -139,6 +139,11 @@ layer(
         const [current] = yield* reader<{ n: number }>`SELECT count(*)::int AS n FROM crm.current_businesses`
         assert.isAtMost(current!.n, businesses!.n)
         assert.isAbove(current!.n, 0)
+        // ... and its history: the versions the runtime wrote as it synced.
+        const [versions] = yield* reader<{ n: number }>`
+          SELECT count(*)::int AS n FROM crm_history.businesses WHERE is_current`
+        assert.strictEqual(versions!.n, businesses!.n)
+        assert.isTrue(yield* refused(reader, "DELETE FROM crm_history.businesses"))
         assert.isTrue(yield* refused(reader, "SELECT * FROM crm_sync.credentials"))
         assert.isTrue(yield* refused(reader, "SELECT * FROM crm_sync.outbox"))
         assert.isTrue(yield* refused(reader, "UPDATE crm.businesses SET name = 'x'"))
