@@ -394,12 +394,22 @@ export class StatusSnapshot extends Context.Service<
       const database = yield* DatabaseInfo
       const sql = yield* SqlClient
       const scope = yield* Effect.scope
+      // The plans (one per connection: slow with hundreds) are made in the background every
+      // PLAN_TTL; a report made before the first are ready has none, and never waits for them.
       const plans = yield* Effect.cachedWithTTL(planReport(config), PLAN_TTL)
+      const latestPlans = yield* Ref.make<ReadonlyArray<ConnectionPlan> | undefined>(undefined)
+      const planning = Effect.forkIn(
+        Effect.ignore(Effect.flatMap(plans, (made) => Ref.set(latestPlans, made))),
+        scope
+      )
+      yield* planning
       // Single-flight: concurrent callers within SNAPSHOT_TTL share one making of the report.
       const make = yield* Effect.cachedWithTTL(
-        Effect.flatMap(plans, (made) => statusReport(config, database, undefined, made)).pipe(
-          Effect.provideService(SqlClient, sql)
-        ),
+        Effect.gen(function* () {
+          const made = yield* Ref.get(latestPlans)
+          if (made !== undefined) yield* planning
+          return yield* statusReport(config, database, undefined, made ?? [])
+        }).pipe(Effect.provideService(SqlClient, sql)),
         SNAPSHOT_TTL
       )
       const latest = yield* Ref.make<StatusReport | undefined>(undefined)
