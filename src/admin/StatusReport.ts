@@ -398,10 +398,7 @@ export class StatusSnapshot extends Context.Service<
       // PLAN_TTL; a report made before the first are ready has none, and never waits for them.
       const plans = yield* Effect.cachedWithTTL(planReport(config), PLAN_TTL)
       const latestPlans = yield* Ref.make<ReadonlyArray<ConnectionPlan> | undefined>(undefined)
-      const planning = Effect.forkIn(
-        Effect.ignore(Effect.flatMap(plans, (made) => Ref.set(latestPlans, made))),
-        scope
-      )
+      const planning = Effect.forkIn(Effect.ignore(Effect.flatMap(plans, (made) => Ref.set(latestPlans, made))), scope)
       yield* planning
       // Single-flight: concurrent callers within SNAPSHOT_TTL share one making of the report.
       const make = yield* Effect.cachedWithTTL(
