@@ -131,6 +131,8 @@ export const statusReport = Effect.fn("StatusReport.make")(function* (
   only?: string,
   plans?: ReadonlyArray<ConnectionPlan>
 ) {
+  // Taken before anything is read: every figure of the report is at least as new as this.
+  const now = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
   const cursors = yield* latestCursors
   const resources: Record<string, ResourceStatus> = {}
   for (const table of yield* tableStats) {
@@ -152,7 +154,6 @@ export const statusReport = Effect.fn("StatusReport.make")(function* (
   const gaps = yield* grantGaps
   const refusals = yield* recentRefusals(REFUSALS_SHOWN)
   const jobs = yield* latestRuns
-  const now = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
   const health = yield* connectionHealth(
     only === undefined ? config : { ...config, connections: config.connections.filter((c) => c.name === only) },
     reauth,
