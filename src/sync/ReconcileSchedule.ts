@@ -11,6 +11,7 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Result from "effect/Result"
+import * as Semaphore from "effect/Semaphore"
 import { AppConfig, ConfigInvalid } from "../config/AppConfig.ts"
 import { CrmClient, type CrmClientShape } from "../crm/CrmClient.ts"
 import { JobLease } from "./JobLease.ts"
@@ -51,8 +52,13 @@ const slackBefore = (cron: Cron.Cron, at: Date) =>
     at.getTime() - Math.min(Duration.toMillis(Duration.minutes(5)), (Cron.next(cron, at).getTime() - at.getTime()) / 2)
   )
 
-/** The run of the occurrence at `at`, unless a replica ran it already; never fails. */
-const occurrence = (client: CrmClientShape, cron: Cron.Cron, at: Date) =>
+/**
+ * The run of the occurrence at `at`, unless a replica ran it already; never fails. It waits for one
+ * of the process's `slots` first (and only then takes the lease, so a replica with a free slot
+ * can take it meanwhile): every connection's occurrence falls due at the same 03:00, and a
+ * partner's 500 must not all start at once.
+ */
+const occurrence = (client: CrmClientShape, cron: Cron.Cron, at: Date, slots: Semaphore.Semaphore) =>
   Effect.flatMap(JobLease, (leases) =>
     leases
       .tryRun(
@@ -68,14 +74,14 @@ const occurrence = (client: CrmClientShape, cron: Cron.Cron, at: Date) =>
             : Effect.logWarning("reconcile failed; it runs again at the next occurrence", cause)
         )
       )
-  )
+  ).pipe(slots.withPermits(1))
 
 /**
  * An occurrence missed while no daemon ran (a restart across 03:00) runs now, once. Only when the
  * reconciliation has run before: a first start waits for the schedule, the backfill and the crawls
  * having the first day's budget.
  */
-const catchUp = (client: CrmClientShape, cron: Cron.Cron) =>
+const catchUp = (client: CrmClientShape, cron: Cron.Cron, slots: Semaphore.Semaphore) =>
   Effect.gen(function* () {
     const started = yield* Clock.currentTimeMillis
     const missed = Cron.prev(cron, started)
@@ -84,23 +90,26 @@ const catchUp = (client: CrmClientShape, cron: Cron.Cron) =>
       yield* Effect.logInfo("reconcile: running the occurrence missed while stopped").pipe(
         Effect.annotateLogs({ missed: missed.toISOString() })
       )
-      yield* occurrence(client, cron, missed)
+      yield* occurrence(client, cron, missed, slots)
     }
   })
 
 /** The loop of one connection: sleep until the next occurrence, run under the lease; never fails. */
-const scheduleLoop = (client: CrmClientShape, cron: Cron.Cron) =>
+const scheduleLoop = (client: CrmClientShape, cron: Cron.Cron, slots: Semaphore.Semaphore) =>
   Effect.gen(function* () {
-    yield* catchUp(client, cron)
+    yield* catchUp(client, cron, slots)
     while (true) {
       const now = yield* Clock.currentTimeMillis
       const at = Cron.next(cron, now)
       yield* Effect.sleep(Duration.millis(Math.max(0, at.getTime() - now)))
-      yield* occurrence(client, cron, at)
+      yield* occurrence(client, cron, at, slots)
     }
   }).pipe(Effect.annotateLogs({ job: RECONCILE_JOB, connection: client.connection.name }))
 
-/** The reconciliation of every connection on `schedules.reconcile` (default `0 3 * * *`, 03:00 UTC). */
+/**
+ * The reconciliation of every connection on `schedules.reconcile` (default `0 3 * * *`, 03:00 UTC),
+ * `sync.workers` connections at a time.
+ */
 export const ReconcileSchedulerLive = Layer.effectDiscard(
   Effect.gen(function* () {
     const config = yield* AppConfig
@@ -111,12 +120,13 @@ export const ReconcileSchedulerLive = Layer.effectDiscard(
       return
     }
     const cron = yield* parseSchedule(config.schedules.reconcile)
+    const slots = yield* Semaphore.make(config.sync.workers)
     for (const connection of config.connections) {
       const client = yield* CrmClient.make(connection.name).pipe(Effect.orDie)
       yield* Effect.logInfo("reconcile scheduled").pipe(
         Effect.annotateLogs({ connection: connection.name, cron: config.schedules.reconcile })
       )
-      yield* Effect.forkScoped(scheduleLoop(client, cron))
+      yield* Effect.forkScoped(scheduleLoop(client, cron, slots))
     }
   })
 ).pipe(Layer.provide(Reconciler.layer), Layer.provide(SyncServicesLive))

@@ -21,6 +21,7 @@ import type * as Schema from "effect/Schema"
 import type { SqlError } from "effect/sql/SqlError"
 import { BudgetHandoff } from "../budget/Handoff.ts"
 import { AppConfig } from "../config/AppConfig.ts"
+import { CrmPermitSpent } from "../crm/CrmTransport.ts"
 import { isDatabaseDefect } from "../warehouse/DatabaseCause.ts"
 import { JobLease, type LeaseError } from "./JobLease.ts"
 import { describeFailure, type JobOutcome, JobRuns } from "./JobRuns.ts"
@@ -141,12 +142,20 @@ const databaseWait = (entry: Entry) => {
 const yieldingRun = (job: ScheduledJob): Effect.Effect<JobOutcome, SyncError> =>
   Effect.gen(function* () {
     const handoff = yield* Deferred.make<number>()
+    // A deferred run reports the requests it sent before the wait (the run's own count is lost
+    // with it): every permit the transport takes for it.
+    let sent = 0
+    const outer = yield* CrmPermitSpent
+    const counted = Effect.provideService(job.run, CrmPermitSpent, () => {
+      sent += 1
+      outer?.()
+    })
     const deferred = Effect.map(Deferred.await(handoff), (waitMs): JobOutcome => ({
-      requests: 0,
+      requests: sent,
       detail: { deferred_seconds: Math.round(waitMs / 1_000) },
       deferredMs: waitMs
     }))
-    const ran = yield* Effect.raceFirst(Effect.provideService(job.run, BudgetHandoff, handoff), deferred)
+    const ran = yield* Effect.raceFirst(Effect.provideService(counted, BudgetHandoff, handoff), deferred)
     if (ran.deferredMs !== undefined) {
       yield* Effect.logDebug("sync job deferred: the rate budget asks for a long wait; the worker goes on").pipe(
         Effect.annotateLogs({ wait_seconds: Math.round(ran.deferredMs / 1_000) })

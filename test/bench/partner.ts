@@ -91,7 +91,8 @@ process.once("exit", () => {
 })
 
 const start = (args: ReadonlyArray<string>, env: Record<string, string>) => {
-  const child = spawn(process.execPath, [...v8FlagsFor(args), main, ...args], {
+  const extra = (process.env.PARTNER_NODE_FLAGS ?? "").split(" ").filter((flag) => flag !== "")
+  const child = spawn(process.execPath, [...v8FlagsFor(args), ...extra, main, ...args], {
     env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "", CRM_SYNC_LOG_LEVEL: "error", ...env },
     stdio: ["ignore", "pipe", "inherit"]
   })
@@ -161,7 +162,9 @@ const probe = async (url: string, everyMs: number, control: { running: boolean }
     // A timeout may also strike while the body is read: either way the sample is a failure.
     const ok = await fetch(url, { signal: AbortSignal.timeout(PROBE_TIMEOUT_MS) })
       .then(async (response) => {
-        await response.arrayBuffer()
+        const body = await response.arrayBuffer()
+        if (process.env.PARTNER_DUMP !== undefined && url.endsWith("/status"))
+          writeFileSync(process.env.PARTNER_DUMP, Buffer.from(body))
         return response.ok
       })
       .catch(() => false)
@@ -376,7 +379,8 @@ const bench = Effect.gen(function* () {
         await sleep(2_000)
         if (daemon.exitCode !== null) throw new Error(`the daemon exited with ${daemon.exitCode}`)
         for (const replica of alive()) peakMb = Math.max(peakMb, rssMb(replica.pid!))
-        peakHeapMb = Math.max(peakHeapMb, await heapMb(adminPort))
+        // /metrics renders every series of every connection (tens of ms at 500): read it as a scrape would, not every tick
+        if (tick % 5 === 4) peakHeapMb = Math.max(peakHeapMb, await heapMb(adminPort))
         last = await progress()
         if (KILL_ONE && killedAt === undefined && last.finished >= (CONNECTIONS * FIRST_RUNS.length) / 2) {
           const victim = replicas.length - 1

@@ -138,6 +138,14 @@ const get = (path: string) =>
     return { status: response.status, body: yield* response.text }
   })
 
+/** `GET path` asking for `encoding`: the body as read (a fetch decompresses gzip) and the encoding sent. */
+const getWith = (path: string, encoding: string) =>
+  Effect.gen(function* () {
+    const client = yield* HttpClient.HttpClient
+    const response = yield* client.get(path, { headers: { "accept-encoding": encoding } })
+    return { encoding: response.headers["content-encoding"], body: yield* response.text }
+  })
+
 /** The first `/status` report made after `since` (epoch ms): the snapshot is remade in the background. */
 const reportAfter = (since: number) =>
   Effect.gen(function* () {
@@ -188,6 +196,14 @@ layer(World, { timeout: 180_000, excludeTestServices: true })("300 connections",
           (health: { connection: string }) => health.connection === "firm-270"
         )
         assert.match(longLate.reasons[0], /^poll:businesses last succeeded 3 d\b.* ago \(every 5 min\)$/)
+
+        // The whole report (about 1.5 MB here) is gzipped for a caller that takes it, the same report.
+        const zipped = yield* getWith("/status", "gzip")
+        const plain = yield* getWith("/status", "identity")
+        assert.strictEqual(zipped.encoding, "gzip")
+        assert.strictEqual(plain.encoding, undefined)
+        assert.deepStrictEqual(JSON.parse(zipped.body).summary, EXPECTED_SUMMARY)
+        assert.deepStrictEqual(JSON.parse(plain.body).summary, EXPECTED_SUMMARY)
 
         const narrowed = JSON.parse((yield* get("/status?connection=firm-250")).body)
         assert.deepStrictEqual(narrowed.summary, EXPECTED_SUMMARY, "the summary stays whole")

@@ -79,3 +79,46 @@ layer(harness({ config: { schedules: { reconcile: "off" } } }), { timeout: 120_0
     )
   }
 )
+
+/** The most reconciliations whose runs overlapped at one moment (job_runs' started_at..finished_at). */
+const mostAtOnce = Effect.gen(function* () {
+  const sql = yield* SqlClient
+  const [row] = yield* sql<{ most: number }>`
+    SELECT coalesce(max(n), 0)::int AS most FROM (
+      SELECT (SELECT count(*) FROM crm_sync.job_runs AS other
+              WHERE other.job = 'reconcile' AND other.started_at <= run.started_at
+                AND other.finished_at > run.started_at) AS n
+      FROM crm_sync.job_runs AS run WHERE run.job = 'reconcile' AND (run.detail ->> 'seeded') IS NULL) AS counts`
+  return row?.most ?? 0
+})
+
+// A partner's daemon: every connection's reconciliation falls due at the same 03:00. They take turns
+// on `sync.workers` slots instead of all starting at once.
+const partner = ["c2", "c3", "c4", "c5"]
+layer(harness({ alsoConnections: partner, config: { schedules: { reconcile: "0 3 * * *" }, sync: { workers: 1 } } }), {
+  timeout: 120_000,
+  excludeTestServices: true
+})("reconcile of many connections", (it) => {
+  it.effect("occurrences due together run sync.workers at a time", () =>
+    Effect.gen(function* () {
+      const sql = yield* SqlClient
+      // Every connection missed an occurrence: all five are due at start.
+      for (const connection of ["default", ...partner]) {
+        yield* sql`INSERT INTO crm_sync.job_runs (job, connection, status, started_at, finished_at, detail)
+          VALUES ('reconcile', ${connection}, 'succeeded', now() - interval '3 days', now() - interval '3 days',
+                  '{"seeded": true}'::jsonb)`
+      }
+      const scope = yield* Scope.make()
+      yield* Layer.buildWithScope(ReconcileSchedulerLive, scope)
+      const done = sql<{ n: number }>`
+        SELECT count(*)::int AS n FROM crm_sync.job_runs
+        WHERE job = 'reconcile' AND status = 'succeeded' AND (detail ->> 'seeded') IS NULL`
+      for (let waited = 0; ((yield* done)[0]?.n ?? 0) < 5; waited += 100) {
+        if (waited > 90_000) assert.fail(`not every connection reconciled: ${(yield* done)[0]?.n} of 5`)
+        yield* Effect.sleep("100 millis")
+      }
+      yield* Scope.close(scope, Exit.void)
+      assert.strictEqual(yield* mostAtOnce, 1, "one worker: one reconciliation at a time")
+    })
+  )
+})

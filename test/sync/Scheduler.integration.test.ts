@@ -10,6 +10,7 @@ import { assert, layer } from "@effect/vitest"
 import { Duration, Effect, Exit, Layer, Scope } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
 import { offerHandoff } from "../../src/budget/Handoff.ts"
+import { CrmPermitSpent } from "../../src/crm/CrmTransport.ts"
 import { runScheduler, type ScheduledJob } from "../../src/sync/Scheduler.ts"
 import { SyncJobsLive } from "../../src/cli/DaemonJobs.ts"
 import { BusinessPollerLive } from "../../src/sync/SyncJobs.ts"
@@ -127,14 +128,24 @@ layer(
   )
 })
 
-/** A job of `connection` that, like a crawl whose permit is an hour off, meets a long budget wait. */
+/** Spends a permit, as the CRM transport does for each request it sends. */
+const sendRequest = Effect.flatMap(CrmPermitSpent, (spent) => Effect.sync(() => spent?.()))
+
+/**
+ * A job of `connection` that, like a crawl whose permit is an hour off after two pages, sends two
+ * requests and then meets a long budget wait.
+ */
 const waitsOnTheBudget: ScheduledJob = {
   job: "test:waits",
   connection: "default",
   interval: Duration.hours(1),
   lease: "test:waits:default",
   alsoCounts: [],
-  run: Effect.andThen(offerHandoff(Duration.toMillis(Duration.minutes(50))), Effect.never)
+  run: sendRequest.pipe(
+    Effect.repeat({ times: 1 }),
+    Effect.andThen(offerHandoff(Duration.toMillis(Duration.minutes(50)))),
+    Effect.andThen(Effect.never)
+  )
 }
 const runsAtOnce: ScheduledJob = {
   job: "test:runs",
@@ -151,8 +162,8 @@ layer(harness({ alsoConnections: ["c1"], config: { sync: { workers: 1 } } }), op
     it.effect("gives the worker to the next due job, records the run deferred, and keeps the job due later", () =>
       Effect.gen(function* () {
         const sql = yield* SqlClient
-        const runs = sql<{ job: string; status: string; detail: { deferred_seconds?: number } }>`
-          SELECT job, status, detail FROM crm_sync.job_runs WHERE job LIKE 'test:%' ORDER BY id`
+        const runs = sql<{ job: string; status: string; requests: number; detail: { deferred_seconds?: number } }>`
+          SELECT job, status, requests, detail FROM crm_sync.job_runs WHERE job LIKE 'test:%' ORDER BY id`
         const scope = yield* Scope.make()
         // Both due at once: the waiting job is first in the config, so it is taken first.
         yield* runScheduler([waitsOnTheBudget, runsAtOnce]).pipe(Scope.provide(scope))
@@ -163,10 +174,10 @@ layer(harness({ alsoConnections: ["c1"], config: { sync: { workers: 1 } } }), op
           })
         )
         yield* Scope.close(scope, Exit.void)
-        const seen = (yield* runs).map((row) => [row.job, row.status, row.detail.deferred_seconds])
+        const seen = (yield* runs).map((row) => [row.job, row.status, row.requests, row.detail.deferred_seconds])
         assert.deepStrictEqual(seen, [
-          ["test:waits", "deferred", 3000],
-          ["test:runs", "succeeded", undefined]
+          ["test:waits", "deferred", 2, 3000],
+          ["test:runs", "succeeded", 1, undefined]
         ])
       })
     )
