@@ -116,15 +116,15 @@ layer(TestWarehouse)("the verdict's history check", (it) => {
       const contents = [first, second, unstored]
       const sound = yield* judge(sql, requests, contents)
       assert.deepStrictEqual(sound.mismatches, [])
-      assert.strictEqual(sound.figures.history_snapshots_served, 3)
-      assert.strictEqual(sound.figures.history_snapshots_kept, 2)
+      assert.strictEqual(sound.figures.history_contents_served, 3)
+      assert.strictEqual(sound.figures.history_contents_judged, 2)
+      assert.strictEqual(sound.figures.history_pages_not_judged, 3)
 
       yield* sql`DELETE FROM crm_history.financial_accounts WHERE id = 'fa_seen' AND balance_in_cents = 100`
       const broken = yield* judge(sql, requests, contents)
       assert.deepStrictEqual(broken.mismatches, [
         `crm_history.financial_accounts fa_seen: a content the daemon saw at ${requests[0]!.at} (req_2026-03-05T10:01:00Z) is no version`
       ])
-      assert.strictEqual(broken.figures.history_snapshots_not_versions, 1)
     })
   )
 
@@ -139,7 +139,7 @@ layer(TestWarehouse)("the verdict's history check", (it) => {
       yield* clientVersion(sql, "cli_seen", "gold", "2026-03-03T00:00:00Z", null)
       const sound = yield* judge(sql, [], [])
       assert.deepStrictEqual(sound.mismatches, [])
-      assert.strictEqual(sound.figures.history_client_fields_checked, 2)
+      assert.strictEqual(sound.figures.history_client_fields_judged, 2)
 
       // Dropped instead: bronze runs on until gold, and no version holds silver after its time.
       yield* sql`DELETE FROM crm_history.clients WHERE id = 'cli_seen' AND tier = 'silver'`

@@ -10,12 +10,16 @@
  *   `backfill:<resource>`, `reconcile` (and, for businesses, `poll:businesses`, which crawls while
  *   it has no cursor) for a page without. A succeeded run has committed every page it read (each
  *   page in a transaction with its bookkeeping; a retried transaction writes the same page again),
- *   and one lease per listing and connection keeps two runs of a job from reading at once.
+ *   and the leases keep a run that fails from reading beside a run that succeeds: one per listing
+ *   and connection for the crawls, backfills and the poll, except the first poll (no cursor yet)
+ *   beside a business crawl, and the reconciliation, which runs once the kills and faults stop.
  *   Left out, and only these: pages read by a run that failed or never finished (its replica or
  *   backfill was killed, PostgreSQL went away, a later page failed), for the daemon may not have
  *   committed them and reads them again later, perhaps newer; such a page is still judged when a
  *   succeeded run serves the same content again. (A failed run's pages committed before its
- *   failure are left out too: nothing records which ones they were.)
+ *   failure are left out too: nothing records which ones they were. Not left out, though a
+ *   succeeded crawl may drop it: a page read ahead past the end of a listing that shrank under the
+ *   crawl, which PageFetcher interrupts; a report of one names its request.)
  *   Each such record's content must be a version: a row of `crm_history.<table>` with its id and
  *   `content_hash` = md5 of the record as received (`raw` is the received object, as jsonb).
  * - A `client.updated` delivery the inbox holds as processed: for each field its `changed_fields`
@@ -141,10 +145,12 @@ export const judgeSeenVersions = async (input: SeenInput) => {
   }
   const served = new Set<string>()
   const kept = new Map<string, Kept>()
+  let pagesLeftOut = 0
   for (const entry of input.requests) {
     if (entry.served === null) continue
     const { resource, records } = entry.served
     const certain = committed(entry, resource)
+    if (!certain) pagesLeftOut++
     for (const [id, content] of records) {
       const key = `${resource}/${id}/${content}`
       served.add(key)
@@ -155,10 +161,8 @@ export const judgeSeenVersions = async (input: SeenInput) => {
   const byTable = new Map<string, Array<Kept>>()
   for (const snapshot of kept.values())
     byTable.set(snapshot.resource, [...(byTable.get(snapshot.resource) ?? []), snapshot])
-  let missing = 0
   for (const [table, snapshots] of byTable) {
     const lost = await missingVersions(input.query, table, snapshots, input.contents)
-    missing += lost.length
     mismatches.push(
       ...lost
         .slice(0, 10)
@@ -186,11 +190,10 @@ export const judgeSeenVersions = async (input: SeenInput) => {
   return {
     mismatches,
     figures: {
-      history_snapshots_served: served.size,
-      history_snapshots_kept: kept.size,
-      history_snapshots_not_versions: missing,
-      history_client_fields_checked: checked?.n ?? 0,
-      history_client_fields_not_versions: fields.length
+      history_contents_served: served.size,
+      history_contents_judged: kept.size,
+      history_pages_not_judged: pagesLeftOut,
+      history_client_fields_judged: checked?.n ?? 0
     }
   }
 }
