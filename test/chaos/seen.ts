@@ -100,8 +100,8 @@ const missingVersions = async (
   return missing
 }
 
-/** The `client.updated` fields no version of the client valid at or after its signed time holds. */
-const missingClientFields = `
+/** Each field a processed `client.updated` named (`f`: its delivery, client, value and signed time). */
+const clientFields = `
   WITH d AS (
     SELECT i.hook_id, COALESCE(i.signed_at, i.received_at) AS signed_at, convert_from(i.body, 'UTF8')::jsonb AS body
     FROM crm_sync.webhook_inbox AS i
@@ -111,7 +111,10 @@ const missingClientFields = `
     SELECT d.hook_id, d.signed_at, d.body -> 'client' ->> 'id' AS id, field, d.body -> 'client' -> field AS value
     FROM d, jsonb_array_elements_text(d.body -> 'changed_fields') AS field
     WHERE field <> 'id' AND d.body -> 'client' ? field
-  )
+  )`
+
+/** The fields no version of the client valid at or after their signed time holds. */
+const missingClientFields = `${clientFields}
   SELECT f.hook_id, f.id, f.field, f.signed_at::text AS signed_at
   FROM f
   WHERE NOT EXISTS (
@@ -132,7 +135,9 @@ export const judgeSeenVersions = async (input: SeenInput) => {
   const byJob = new Map<string, Array<Run>>()
   for (const run of runs) {
     const key = `${run.connection ?? ""}/${run.job}`
-    byJob.set(key, [...(byJob.get(key) ?? []), run])
+    const held = byJob.get(key)
+    if (held === undefined) byJob.set(key, [run])
+    else held.push(run)
   }
   const committed = (entry: RequestLogEntry, resource: string) => {
     const connection = input.connectionOf(entry.credential)
@@ -159,8 +164,11 @@ export const judgeSeenVersions = async (input: SeenInput) => {
   }
   const mismatches: Array<string> = []
   const byTable = new Map<string, Array<Kept>>()
-  for (const snapshot of kept.values())
-    byTable.set(snapshot.resource, [...(byTable.get(snapshot.resource) ?? []), snapshot])
+  for (const snapshot of kept.values()) {
+    const held = byTable.get(snapshot.resource)
+    if (held === undefined) byTable.set(snapshot.resource, [snapshot])
+    else held.push(snapshot)
+  }
   for (const [table, snapshots] of byTable) {
     const lost = await missingVersions(input.query, table, snapshots, input.contents)
     mismatches.push(
@@ -183,10 +191,7 @@ export const judgeSeenVersions = async (input: SeenInput) => {
           `crm_history.clients ${f.id}: a content the daemon saw at ${f.signed_at} (delivery ${f.hook_id}, ${f.field}) is no version`
       )
   )
-  const [checked] = await input.query<{ n: number }>(
-    `SELECT count(*)::int AS n FROM crm_sync.webhook_inbox AS i, jsonb_array_elements_text(convert_from(i.body, 'UTF8')::jsonb -> 'changed_fields')
-     WHERE i.status = 'processed' AND i.event_type = 'client.updated'`
-  )
+  const [checked] = await input.query<{ n: number }>(`${clientFields} SELECT count(*)::int AS n FROM f`)
   return {
     mismatches,
     figures: {
