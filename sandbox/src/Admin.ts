@@ -406,6 +406,7 @@ const webhookMethods = ({ store, webhooks }: AdminDeps) =>
 const logAndLimitMethods = ({ requestLog, faults, limiter }: AdminDeps) =>
   ({
     requests: requestLog.entries,
+    servedContents: requestLog.servedContents,
     lastRequestSeq: requestLog.lastSeq,
     clearRequests: requestLog.clear,
     addFault: faults.add,
@@ -475,6 +476,8 @@ export class SandboxAdmin extends Context.Service<
     deliveries(filter?: DeliveryFilter): Effect.Effect<ReadonlyArray<DeliveryRecord>>
     readonly clearDeliveries: Effect.Effect<void>
     requests(filter?: RequestFilter): Effect.Effect<ReadonlyArray<RequestLogEntry>>
+    /** The contents the request log's `served` entries number (option `recordServed`), as JSON text. */
+    readonly servedContents: Effect.Effect<ReadonlyArray<string>>
     readonly lastRequestSeq: Effect.Effect<number>
     readonly lastDeliverySeq: Effect.Effect<number>
     readonly clearRequests: Effect.Effect<void>

@@ -95,6 +95,12 @@ export interface SandboxOptions {
    * every start and after a reset), labelled `user token` (default false).
    */
   readonly userTokens?: boolean
+  /**
+   * Record in each request-log entry which records a 2xx listing of businesses, annuity contracts
+   * or financial accounts served, each as its id and a content number (`servedContents` holds
+   * each distinct content once; default false).
+   */
+  readonly recordServed?: boolean
 }
 
 export interface ResolvedOptions {
@@ -127,6 +133,7 @@ export interface ResolvedOptions {
   readonly recordsPerCompany: number | undefined
   readonly overlap: number | undefined
   readonly userTokens: boolean
+  readonly recordServed: boolean
 }
 
 export const defaultLimits: RateLimits = {
@@ -243,7 +250,8 @@ export const resolveOptions = Effect.fn("SandboxOptions.resolve")(function* (opt
     usersPerCompany: yield* integerOf(options.usersPerCompany, 4, "usersPerCompany", 2),
     recordsPerCompany,
     overlap: yield* overlapOf(options.overlap),
-    userTokens: options.userTokens ?? false
+    userTokens: options.userTokens ?? false,
+    recordServed: options.recordServed ?? false
   }
   return resolved
 })

@@ -1,10 +1,14 @@
 /**
  * Every request the sandbox served on `/v1` and `/oauth` (the admin API is not logged): method,
  * path, matched route, query, headers (the bearer token shortened), `Idempotency-Key`, request
- * body, status (null when the connection was reset before an answer), time, duration, the caller
- * and the faults applied. A ring of `logSize` entries; tests assert on it through `testing.ts`.
+ * body, status (null when the connection was reset before an answer), time, duration, the caller,
+ * the faults applied, the `X-Request-Id` answered and (option `recordServed`) the records a listing
+ * served. A ring of `logSize` entries; tests assert on it through `testing.ts`. Served records are
+ * kept as their id and a content number: each distinct content (key-sorted JSON) is held once, so
+ * a crawl that reads the same page again adds a few numbers, not the page.
  */
 import { Context, Effect, Layer } from "effect"
+import { canonicalJson } from "./Http.ts"
 import { SandboxConfig } from "./Options.ts"
 
 export interface RequestLogEntry {
@@ -30,6 +34,13 @@ export interface RequestLogEntry {
   readonly faults: ReadonlyArray<string>
   readonly rate_limited: string | null
   readonly idempotent_replay: boolean
+  /** The `X-Request-Id` of the answer (none for a reset or a non-JSON fault's answer). */
+  readonly request_id: string | null
+  /**
+   * Option `recordServed`: the records a 2xx listing of a history resource served whole (not
+   * truncated), as `[id, content]`, `content` indexing `servedContents`; null otherwise.
+   */
+  readonly served: { readonly resource: string; readonly records: ReadonlyArray<readonly [string, number]> } | null
 }
 
 export interface RequestFilter {
@@ -67,6 +78,10 @@ export class SandboxRequestLog extends Context.Service<
     /** The `seq` of the latest entry (0 when empty): a cursor for "requests after this point". */
     readonly lastSeq: Effect.Effect<number>
     readonly clear: Effect.Effect<void>
+    /** The number of a record's content (its key-sorted JSON), the same for the same content. */
+    contentOf(record: unknown): number
+    /** Every content numbered so far, as JSON text, by number. */
+    readonly servedContents: Effect.Effect<ReadonlyArray<string>>
   }
 >()("crm-sync/sandbox/SandboxRequestLog") {
   static readonly layer = Layer.effect(
@@ -75,6 +90,8 @@ export class SandboxRequestLog extends Context.Service<
       const { logSize } = yield* SandboxConfig
       let entries: Array<RequestLogEntry> = []
       let seq = 0
+      const contents: Array<string> = []
+      const numbers = new Map<string, number>()
       return SandboxRequestLog.of({
         append: (entry) =>
           Effect.sync(() => {
@@ -86,7 +103,17 @@ export class SandboxRequestLog extends Context.Service<
         lastSeq: Effect.sync(() => seq),
         clear: Effect.sync(() => {
           entries = []
-        })
+        }),
+        contentOf: (record) => {
+          const text = canonicalJson(record)
+          let number = numbers.get(text)
+          if (number === undefined) {
+            number = contents.push(text) - 1
+            numbers.set(text, number)
+          }
+          return number
+        },
+        servedContents: Effect.sync(() => contents.slice())
       })
     })
   )

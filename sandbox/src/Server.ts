@@ -366,21 +366,63 @@ const answer = (pipeline: Pipeline, incoming: Incoming, ip: string, fired: Reado
     return response
   })
 
+/** The listings whose served records option `recordServed` logs (the history's resources), by route. */
+const SERVED_ROUTES: Readonly<Record<string, string>> = {
+  "/v1/businesses": "businesses",
+  "/v1/annuity_contracts": "annuity_contracts",
+  "/v1/financial_accounts": "financial_accounts"
+}
+
+/** The records a 2xx listing handed over whole (no reset, truncation or non-JSON body), when logged. */
+const servedRecords = (
+  pipeline: Pipeline,
+  route: string | null,
+  outcome: ApiResponse | typeof RESET,
+  status: number | null,
+  trace: Trace
+) => {
+  const resource = route === null ? undefined : SERVED_ROUTES[route]
+  if (!pipeline.options.recordServed || resource === undefined || outcome === RESET) return null
+  if (
+    status === null ||
+    status < 200 ||
+    status >= 300 ||
+    trace.faults.some((f) => f === "truncate" || f === "non_json")
+  )
+    return null
+  const data = Predicate.isObject(outcome.body) ? (outcome.body as { readonly data?: unknown }).data : undefined
+  if (!Array.isArray(data)) return null
+  const records = data.flatMap((record: unknown) =>
+    Predicate.isObject(record) && typeof record.id === "string"
+      ? [[record.id, pipeline.requestLog.contentOf(record)] as const]
+      : []
+  )
+  return { resource, records }
+}
+
 /** The request-log entry of a finished request. */
 const logRequest = Effect.fnUntraced(function* (
   pipeline: Pipeline,
   incoming: Incoming,
-  served: { readonly at: string; readonly startedMs: number; readonly ip: string; readonly status: number | null },
+  served: {
+    readonly at: string
+    readonly startedMs: number
+    readonly ip: string
+    readonly status: number | null
+    readonly outcome: ApiResponse | typeof RESET
+    readonly requestId: string
+  },
   trace: Trace
 ) {
   const { method, path, headers, body } = incoming
   const world = yield* pipeline.store.world
   const credential = trace.credential
+  const route = path.startsWith("/oauth/") ? path : (pipeline.api.find(method, path)?.handler.path ?? null)
   yield* pipeline.requestLog.append({
     at: served.at,
     method,
     path,
-    route: path.startsWith("/oauth/") ? path : (pipeline.api.find(method, path)?.handler.path ?? null),
+    route,
     query: Object.fromEntries(incoming.url.searchParams),
     headers: redactHeaders(headers),
     idempotency_key: headers["idempotency-key"] ?? null,
@@ -399,7 +441,9 @@ const logRequest = Effect.fnUntraced(function* (
           },
     faults: trace.faults,
     rate_limited: trace.rateLimited,
-    idempotent_replay: trace.replayed
+    idempotent_replay: trace.replayed,
+    request_id: served.outcome === RESET || trace.faults.includes("non_json") ? null : served.requestId,
+    served: servedRecords(pipeline, route, served.outcome, served.status, trace)
   })
 })
 
@@ -415,7 +459,7 @@ const serve = (pipeline: Pipeline, incoming: Incoming, requestId: string) =>
     const outcome = yield* answer(pipeline, incoming, ip, fired, trace)
     yield* sleepLatency(fired, trace, "after")
     const { status, response } = render(outcome, fired, trace, requestId)
-    yield* logRequest(pipeline, incoming, { at, startedMs, ip, status }, trace)
+    yield* logRequest(pipeline, incoming, { at, startedMs, ip, status, outcome, requestId }, trace)
     // The `Date` header is the CRM machine's clock (`clockSkew` included), not Node's, so a
     // receiver can measure the skew from an answer as it would against the real CRM.
     return HttpServerResponse.setHeader(response, "date", new Date(yield* pipeline.clock.wallNow).toUTCString())

@@ -126,6 +126,8 @@ const sandboxContext = await Effect.runPromise(
       ],
       webhookReorderHold: "1 second",
       clockSkew: clockSkewMs,
+      // which records each listing served, for the verdict's history check (seen.ts)
+      recordServed: true,
       // many connections: one firm of advisors whose books overlap, each with a personal token
       ...(many ? { companies: 1, usersPerCompany: advisorCount, booksPerCompany: 4, overlap, userTokens: true } : {})
     }),
@@ -148,7 +150,11 @@ const advisors = many
   ? (await run(userTokens(admin)))
       .filter((token) => token.company_id === credentials.companyId)
       .slice(0, advisorCount)
-      .map((token, i) => ({ name: `advisor-${String(i + 1).padStart(3, "0")}`, token: token.token }))
+      .map((token, i) => ({
+        name: `advisor-${String(i + 1).padStart(3, "0")}`,
+        token: token.token,
+        user: `${token.user_id}/${token.company_id}`
+      }))
   : []
 if (advisors.length < advisorCount) throw new Error(`only ${advisors.length} advisors' tokens`)
 
@@ -348,6 +354,12 @@ const verdict = await judge({
   clockSkewMs,
   database,
   tokens: [grant.access_token, ...advisors.map((advisor) => advisor.token)],
+  connectionOf: (credential) =>
+    credential === null
+      ? undefined
+      : credential.kind === "oauth"
+        ? "chaos"
+        : advisors.find((advisor) => advisor.user === `${credential.user_id}/${credential.company_id}`)?.name,
   ...(many ? { connections: ["chaos", ...advisors.map((advisor) => advisor.name)] } : {}),
   outboxRows,
   books,

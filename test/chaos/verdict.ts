@@ -8,16 +8,18 @@
  * are every connection's (the warehouse holds their union) and every connection's first runs have
  * succeeded, none's last run failed. The history (crm_history) of every resource keeping one:
  * versions chained without gap or overlap, the current version the current row, no version
- * repeating the one before (test/support/HistoryChains.ts). Returns the mismatches (empty: the run passed), one line
- * each with its reason, and the figures.
+ * repeating the one before (test/support/HistoryChains.ts), and every content the daemon certainly
+ * saw and kept a version (seen.ts says which those are). Returns the mismatches (empty: the run
+ * passed), one line each with its reason, and the figures.
  */
 import { PgClient } from "@effect/sql-pg"
 import { Effect, Layer, Redacted } from "effect"
 import { Reactivity } from "effect/reactivity"
-import type { Sandbox } from "@crm-sync/sandbox"
+import type { RequestLogEntry, Sandbox } from "@crm-sync/sandbox"
 import { HISTORY_TABLES, historyProblems } from "../support/HistoryChains.ts"
 import { compareTable } from "../sync/compare.ts"
 import type { Database } from "./cluster.ts"
+import { judgeSeenVersions } from "./seen.ts"
 
 type Json = Record<string, unknown>
 
@@ -32,6 +34,8 @@ export interface VerdictInput {
   readonly tokens: ReadonlyArray<string>
   /** Many-connections mode: the connections whose first runs must be done, none's last failed. */
   readonly connections?: ReadonlyArray<string>
+  /** The connection (config name) a request-log credential is, for the history's seen contents. */
+  readonly connectionOf: (credential: RequestLogEntry["credential"]) => string | undefined
   readonly books: ReadonlyArray<string>
   readonly outboxRows: ReadonlyArray<{ id: number; valid: boolean; marker: string; operation: string }>
   readonly logs: ReadonlyArray<string>
@@ -541,9 +545,8 @@ export const judge = async (input: VerdictInput) => {
     )
   }
 
-  // 5c. The history: every chain whole, its current version the row, no version repeated. (That
-  // every change the daemon saw is a version is not checked: the sandbox does not record which
-  // snapshots each read and delivery carried.)
+  // 5c. The history: every chain whole, its current version the row, no version repeated, and
+  // every content the daemon certainly saw and kept a version (seen.ts).
   let versions = 0
   for (const table of HISTORY_TABLES) {
     const problems = await query<{ id: string; problem: string }>(historyProblems(table))
@@ -552,6 +555,15 @@ export const judge = async (input: VerdictInput) => {
     versions += Number(count?.n ?? 0)
   }
   figures.history_versions = versions
+  const seen = await judgeSeenVersions({
+    query,
+    requests,
+    contents: await run(admin.servedContents),
+    clockSkewMs: input.clockSkewMs,
+    connectionOf: input.connectionOf
+  })
+  mismatches.push(...seen.mismatches)
+  Object.assign(figures, seen.figures)
 
   // 6. No secret in any log line.
   for (const [what, value] of Object.entries(input.secrets)) {
