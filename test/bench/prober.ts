@@ -11,10 +11,10 @@ const [url, everyMs] = [process.argv[2]!, Number(process.argv[3] ?? 500)]
 const TIMEOUT_MS = 5_000
 const latencies: Array<number> = []
 let failures = 0
-let running = true
-process.stdin.on("close", () => (running = false)).resume()
+const state = { running: true }
+process.stdin.on("close", () => (state.running = false)).resume()
 
-while (running) {
+while (state.running) {
   const started = performance.now()
   // A timeout may also strike while the body is read: either way the sample is a failure.
   const ok = await fetch(url, { signal: AbortSignal.timeout(TIMEOUT_MS) })
