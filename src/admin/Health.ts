@@ -78,7 +78,9 @@ const readiness = HttpRouter.use(
     // not the queue for the shared pool.
     const dedicated = Option.flatMap(info, (database) => Option.fromNullishOr(database.dedicated))
     const shared = yield* SqlClient
-    const sql = Option.isSome(dedicated) ? yield* Effect.catch(dedicated.value, () => Effect.succeed(shared)) : shared
+    const sql = Option.isSome(dedicated)
+      ? yield* Effect.catch(dedicated.value("readiness"), () => Effect.succeed(shared))
+      : shared
     const lastProblems = yield* Ref.make<ReadonlyArray<string>>([])
     const credentialState = yield* Ref.make<{ readonly problems: ReadonlyArray<string>; readonly at: number }>({
       problems: [],

@@ -9,6 +9,7 @@ import { gzip } from "node:zlib"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Ref from "effect/Ref"
 import * as HttpRouter from "effect/http/HttpRouter"
@@ -374,6 +375,9 @@ export const SNAPSHOT_TTL = Duration.seconds(5)
  */
 export const PLAN_TTL = Duration.minutes(5)
 
+/** How long the admin routes wait, at start, for the first report before they are served without it. */
+export const FIRST_REPORT_WAIT = Duration.seconds(3)
+
 /** How old a report may be and still be served while a fresh one is made; older, a request waits for it. */
 export const SNAPSHOT_STALE = Duration.minutes(1)
 
@@ -395,8 +399,14 @@ export class StatusSnapshot extends Context.Service<
     Effect.gen(function* () {
       const config = yield* AppConfig
       const database = yield* DatabaseInfo
-      const sql = yield* SqlClient
+      const shared = yield* SqlClient
       const scope = yield* Effect.scope
+      // Its queries on a session of their own where the database offers one: with hundreds of
+      // connections the pool is busy with their jobs, and the first report waited 0.8 s for it.
+      const sql =
+        database.dedicated === undefined
+          ? shared
+          : yield* Effect.catch(database.dedicated("status"), () => Effect.succeed(shared))
       // The plans (one per connection: slow with hundreds) are made in the background every
       // PLAN_TTL; a report made before the first are ready has none, and never waits for them.
       const plans = yield* Effect.cachedWithTTL(planReport(config), PLAN_TTL)
@@ -413,9 +423,15 @@ export class StatusSnapshot extends Context.Service<
         SNAPSHOT_TTL
       )
       const latest = yield* Ref.make<StatusReport | undefined>(undefined)
-      const fresh = Effect.tap(make, (report) => Ref.set(latest, report))
+      // A report is served once its gzipped JSON is ready (made here, off the requests' path).
+      const zip = (report: StatusReport) => Effect.ignore(Effect.tryPromise(() => gzipJson(report)))
+      const fresh = Effect.tap(make, (report) => Effect.andThen(zip(report), Ref.set(latest, report)))
       const inBackground = Effect.forkIn(Effect.ignore(fresh), scope)
-      yield* inBackground
+      // The admin routes are served once the first report is made, or FIRST_REPORT_WAIT has passed
+      // (a database that does not answer must not keep `/readyz` from saying so): the first
+      // `/status` of a daemon starting 500 connections waited 0.6 s for it otherwise.
+      const first = yield* inBackground
+      yield* Effect.ignore(Effect.timeout(Fiber.await(first), FIRST_REPORT_WAIT))
       const current = Effect.gen(function* () {
         const now = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
         const last = yield* Ref.get(latest)

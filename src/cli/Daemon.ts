@@ -15,6 +15,7 @@ import { AppConfig, type AppConfigShape } from "../config/AppConfig.ts"
 import * as Connect from "../crm/Connect.ts"
 import { CrmClient } from "../crm/CrmClient.ts"
 import { AdminRoutes } from "../admin/AdminRoutes.ts"
+import { StatusSnapshot } from "../admin/StatusReport.ts"
 import { LivenessRoute } from "../admin/Health.ts"
 import { RuntimeMetricsLive } from "../observability/RuntimeMetrics.ts"
 import { StateMetricsLive } from "../admin/StateMetrics.ts"
@@ -43,8 +44,12 @@ export const Daemon = Layer.unwrap(
       Layer.provide(InboxWriter.layer),
       Layer.provide(NodeHttpServer.layer(() => webhookServer(config), { port: config.webhook_port }))
     )
+    // The status snapshot (the one AdminRoutes uses: layers are shared by reference) is built
+    // before the admin port opens, so its first report is ready for the first `/status`
+    // (StatusSnapshot: at most FIRST_REPORT_WAIT) and no request reaches a port without routes.
     const adminHttp = HttpRouter.serve(AdminRoutes, serveOptions).pipe(
-      Layer.provide(NodeHttpServer.layer(createServer, { port: config.admin_port, host: config.admin_host }))
+      Layer.provide(NodeHttpServer.layer(createServer, { port: config.admin_port, host: config.admin_host })),
+      Layer.provide(StatusSnapshot.layer)
     )
     const processing = EventProcessorLive.pipe(
       Layer.provideMerge(EventProcessor.layer),

@@ -27,10 +27,11 @@ export interface DatabaseInfoShape {
   /** Where it is, secrets left out: host:port/database, or the embedded data folder. */
   readonly location: string
   /**
-   * A client of its own on the same database, one connection, for the readiness check: a pool
-   * busy with hundreds of connections' jobs must not make the replica look unready.
+   * A client of its own on the same database, one connection, named `crm-sync <purpose>` in
+   * pg_stat_activity: for the readiness check and the status report, which a pool busy with
+   * hundreds of connections' jobs must not keep waiting.
    */
-  readonly dedicated?: Effect.Effect<SqlClient, SqlError, Scope.Scope>
+  readonly dedicated?: (purpose: string) => Effect.Effect<SqlClient, SqlError, Scope.Scope>
 }
 
 export class DatabaseInfo extends Context.Service<DatabaseInfo, DatabaseInfoShape>()(
@@ -99,12 +100,13 @@ const connected = (
     ),
     Layer.succeed(DatabaseInfo, {
       ...info,
-      dedicated: PgClient.make({
-        url,
-        applicationName: "crm-sync readiness",
-        startupParameters,
-        maxConnections: 1
-      }).pipe(Effect.provide(Reactivity.layer))
+      dedicated: (purpose) =>
+        PgClient.make({
+          url,
+          applicationName: `crm-sync ${purpose}`,
+          startupParameters,
+          maxConnections: 1
+        }).pipe(Effect.provide(Reactivity.layer))
     })
   )
 

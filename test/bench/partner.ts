@@ -413,6 +413,7 @@ const bench = Effect.gen(function* () {
         if (elapsed >= CAP_SECONDS || (SIGTERM_AT !== undefined && elapsed >= SIGTERM_AT)) break
       }
       const [readyz, status] = (await Promise.all(probes.map((one) => one.stop()))) as [Probe, Probe]
+      if (process.env.PARTNER_DEBUG !== undefined) console.log("slow probes (index: ms):", JSON.stringify(readyz.latencies.flatMap((ms, i) => (ms > 50 ? [[i, Math.round(ms)]] : []))), JSON.stringify(status.latencies.flatMap((ms, i) => (ms > 200 ? [[i, Math.round(ms)]] : []))))
       const endedAt = performance.now()
       await Effect.runPromise(Fiber.interrupt(listening))
       // between the first and the last committed page (the end of the runs is seen up to 2 s late)

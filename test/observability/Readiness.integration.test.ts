@@ -67,9 +67,8 @@ const withDedicatedClient = Effect.gen(function* () {
   return {
     kind: "external",
     location: "the test database",
-    dedicated: PgClient.make({ url: Redacted.make(url.toString()), maxConnections: 1 }).pipe(
-      Effect.provide(Reactivity.layer)
-    )
+    dedicated: (_purpose: string) =>
+      PgClient.make({ url: Redacted.make(url.toString()), maxConnections: 1 }).pipe(Effect.provide(Reactivity.layer))
   } satisfies DatabaseInfoShape
 })
 
@@ -130,7 +129,7 @@ layer(TestDatabase, { timeout: 60_000, excludeTestServices: true })("readiness",
     Effect.gen(function* () {
       const info = yield* withDedicatedClient
       // Another session (the pool is busy) counts the pool's sleepers when each probe has answered.
-      const observer = yield* info.dedicated
+      const observer = yield* info.dedicated!("observer")
       const sleeping = Effect.map(
         observer<{ n: number }>`
           SELECT count(*)::int AS n FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep%' AND state = 'active'`,
