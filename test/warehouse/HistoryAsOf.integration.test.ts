@@ -4,9 +4,12 @@
  * table on a history laid out as the warehouse appends it (oldest versions first).
  */
 import { assert, layer } from "@effect/vitest"
-import { Effect } from "effect"
+import { Data, Effect } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
 import { TestDatabase } from "../support/TestDatabase.ts"
+
+/** Fails a transaction on purpose, to roll it back, carrying what it read. */
+class RolledBack extends Data.TaggedError("RolledBack")<{ readonly read: ReadonlyArray<string> }> {}
 
 const ACCOUNTS = 3000
 const DAYS = 30
@@ -72,13 +75,26 @@ layer(TestDatabase, { timeout: 60_000 })("History as of a moment", (it) => {
       const [total] = yield* sql<{ n: number }>`
         SELECT count(*)::int AS n FROM crm_history.financial_accounts_as_of(${moment}::timestamptz)`
       assert.strictEqual(total?.n, ACCOUNTS)
-      const [explained] = yield* sql.unsafe<{ "QUERY PLAN": unknown }>(
+      const explain = sql.unsafe<{ "QUERY PLAN": unknown }>(
         `EXPLAIN (FORMAT JSON) SELECT count(*) FROM crm_history.financial_accounts_as_of('${moment}')`
       )
-      const read = scans(explained?.["QUERY PLAN"])
-      assert.notInclude(read, "Seq Scan")
-      assert.include(read, "Bitmap Index Scan on financial_accounts_from")
-      assert.include(read, "Bitmap Index Scan on financial_accounts_to")
+      const [explained] = yield* explain
+      assert.notInclude(scans(explained?.["QUERY PLAN"]), "Seq Scan")
+      // Without the GiST index (dropped in a transaction rolled back), and with sequential scans
+      // costed out: the function's bounds must still reach both BRIN indexes.
+      const brinOnly = yield* sql
+        .withTransaction(
+          Effect.gen(function* () {
+            yield* sql`DROP INDEX crm_history.financial_accounts_valid`
+            yield* sql`SET LOCAL enable_seqscan = off`
+            const [plan] = yield* explain
+            return yield* Effect.fail(new RolledBack({ read: scans(plan?.["QUERY PLAN"]) }))
+          })
+        )
+        .pipe(Effect.catchTag("RolledBack", (rolledBack) => Effect.succeed(rolledBack.read)))
+      assert.include(brinOnly, "Bitmap Index Scan on financial_accounts_from")
+      assert.include(brinOnly, "Bitmap Index Scan on financial_accounts_to")
+      assert.notInclude(brinOnly, "Seq Scan")
     })
   )
 })
