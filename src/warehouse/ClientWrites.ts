@@ -17,6 +17,7 @@
 import * as Effect from "effect/Effect"
 import type { SqlClient } from "effect/sql/SqlClient"
 import * as BatchSql from "./BatchSql.ts"
+import { placeLateDeliveries } from "./ClientHistory.ts"
 import { followRows } from "./History.ts"
 import { type Decoded, type Rejected, rawOf } from "./Rows.ts"
 import { type Source, Tables } from "./Tables.ts"
@@ -168,10 +169,17 @@ export const writeClients = (sql: SqlClient, keepHistory: boolean) =>
           JSON.stringify(rows),
           source
         ])
-        // The history follows the merged row (a client has no snapshot of its own to place late).
+        // Late deliveries are placed in the history before the write (ClientHistory.ts); then the
+        // history follows the merged row.
+        const placeLate = placeLateDeliveries(
+          sql,
+          decoded,
+          rows.map(({ id }) => id),
+          source
+        )
         const outcomes = yield* keepHistory
           ? sql.withTransaction(
-              Effect.tap(write, (outcomes) =>
+              Effect.tap(Effect.andThen(placeLate, write), (outcomes) =>
                 followRows(
                   sql,
                   "clients",
