@@ -1,17 +1,17 @@
 /**
  * ClientHistory: a late client delivery placed in the middle of `crm_history.clients`
  * (docs/history.md). A client has no snapshot to place (ClientWrites.ts merges it field by field),
- * so a `client.updated` signed at T before the current version began is merged into the chain as
- * the row merges it, as though it had come in order:
+ * so a `client.updated` signed at T before the client's latest version began is merged into the
+ * chain as the row merges it, as though it had come in order:
  * - a version at T: the version valid at T with the delivery merged in (its fields never had
  *   filled, each named field written when T is not older than the version's time for it);
  * - every version after T gets the same merge by its own field times (`field_signed_at`, kept per
- *   version; the current one by its row's, which a delivery repeating a value moves without a new
- *   version), so a field a later delivery named keeps its value there;
- * - a version that now repeats the one before it is merged into that one.
- * It runs before the batch's write (ClientWrites.writeClients), so the current version is what the
- * row becomes from these deliveries and `follow` adds nothing for them. A delivery older than
- * every version, or signed while the client was deleted, is not placed: `follow` appends it.
+ *   version; the current one by its row's), so a field a later delivery named keeps its value;
+ * - a version that now repeats the one before it is merged into that one (so the version `follow`
+ *   appended for the delivery, the row, goes into the one it followed).
+ * It runs after the batch's write and `follow` (ClientWrites.writeClients), in their transaction,
+ * which holds the clients' rows: no other writer moves their chains meanwhile. A delivery older
+ * than every version, or signed while the client was deleted, is not placed (`follow` appended it).
  */
 import * as Effect from "effect/Effect"
 import type { SqlClient } from "effect/sql/SqlClient"
@@ -31,21 +31,6 @@ const h = `crm_history."clients"`
 
 /** The latest version of `d."id"`, as `c`. */
 const latestVersion = `LATERAL (SELECT v."valid_from" FROM ${h} AS v WHERE v."id" = d."id" ORDER BY v."valid_from" DESC LIMIT 1) AS c`
-
-/**
- * `$1` a jsonb array of `{id, signed_at}` (the timed deliveries), `$2` every id of the batch
- * (text[]). When one of the deliveries is older than its client's latest version, locks the
- * batch's rows of crm.clients in id order (as the write will) and returns them; else nothing.
- * The placement then reads the chain with the rows held, so no other writer moves it meanwhile.
- */
-export const lockIfLate = `WITH d AS (
-  SELECT x."id", min(x."signed_at") AS t
-  FROM jsonb_to_recordset($1::jsonb) AS x("id" text, "signed_at" timestamptz) GROUP BY x."id"
-),
-late AS (SELECT 1 FROM d JOIN ${latestVersion} ON c."valid_from" > d.t LIMIT 1)
-SELECT t."id" FROM crm."clients" AS t
-WHERE t."id" = ANY($2::text[]) AND EXISTS (SELECT 1 FROM late)
-ORDER BY t."id" COLLATE "C" FOR UPDATE`
 
 const typed = Object.entries(Tables.clients.columns)
 const typedNames = typed.map(([name]) => quote(name)).join(", ")
@@ -157,30 +142,29 @@ const namedFields = (delivery: ClientDeliveryRow) => {
 }
 
 /**
- * Places the late `client.updated` deliveries of a batch (see the module comment), before the
- * batch's write, in its transaction. `ids` are the batch's client ids in the order the write takes
- * them. Several late deliveries of one client go in rounds, oldest first.
+ * Places the late `client.updated` deliveries of a batch (see the module comment), after its write
+ * and `follow`. `written` is the write's outcome per client: a delivery is a candidate when its
+ * client's row stands for a later time (`known_until`) or did not change (a replay, or a delivery
+ * all of whose fields were named later); the statement runs only when there is one. Several late
+ * deliveries of one client go in rounds, oldest first.
  */
 export const placeLateDeliveries = Effect.fnUntraced(function* (
   sql: SqlClient,
   deliveries: ReadonlyArray<ClientDeliveryRow>,
-  ids: ReadonlyArray<string>,
+  written: ReadonlyArray<{ readonly id: string; readonly known_until: number | null }>,
   source: Source
 ) {
-  const timed = deliveries.flatMap((delivery) => {
+  const knownUntil = new Map(written.map(({ id, known_until }) => [id, known_until]))
+  const late = deliveries.flatMap((delivery) => {
     if (delivery.signedAt === null) return []
+    const known = knownUntil.get(delivery.id)
+    if (known !== null && known !== undefined && Date.parse(delivery.signedAt) >= known) return []
     const named = namedFields(delivery)
     return Object.keys(named).length === 0 ? [] : [{ delivery, signedAt: delivery.signedAt, named }]
   })
-  if (timed.length === 0) return
-  const locked = yield* sql.unsafe(lockIfLate, [
-    JSON.stringify(timed.map(({ delivery, signedAt }) => ({ id: delivery.id, signed_at: signedAt }))),
-    ids
-  ])
-  if (locked.length === 0) return
-  const rounds: Array<Array<(typeof timed)[number]>> = []
+  const rounds: Array<Array<(typeof late)[number]>> = []
   const seen = new Map<string, number>()
-  for (const item of timed.toSorted((a, b) => Date.parse(a.signedAt) - Date.parse(b.signedAt))) {
+  for (const item of late.toSorted((a, b) => Date.parse(a.signedAt) - Date.parse(b.signedAt))) {
     const round = seen.get(item.delivery.id) ?? 0
     seen.set(item.delivery.id, round + 1)
     ;(rounds[round] ??= []).push(item)
