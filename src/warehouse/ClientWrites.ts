@@ -17,6 +17,7 @@
 import * as Effect from "effect/Effect"
 import type { SqlClient } from "effect/sql/SqlClient"
 import * as BatchSql from "./BatchSql.ts"
+import { placeLateDeliveries } from "./ClientHistory.ts"
 import { followRows } from "./History.ts"
 import { type Decoded, type Rejected, rawOf } from "./Rows.ts"
 import { type Source, Tables } from "./Tables.ts"
@@ -108,8 +109,10 @@ const mergedTimes =
   `WHERE ${notOlder("e.key")}), '{}'::jsonb) END`
 
 /**
- * `$1` a jsonb array of `ClientRow` in id order, `$2` the source. Returns `{id, outcome}` per row;
- * a write that changes nothing leaves the row untouched (`synced_at` included).
+ * `$1` a jsonb array of `ClientRow` in id order, `$2` the source. Returns `{id, outcome,
+ * known_until}` per row (`known_until`: the written row's latest `updated_at` or `deleted_at`, in
+ * epoch ms; null when unchanged); a write that changes nothing leaves the row untouched
+ * (`synced_at` included).
  */
 const writeClientsSql = (() => {
   const typed = Object.entries(Tables.clients.columns)
@@ -135,9 +138,10 @@ written AS (
   WHERE t."raw" IS DISTINCT FROM ${mergedRaw}
     OR t."field_signed_at" IS DISTINCT FROM ${mergedTimes}
     OR t."updated_at" IS DISTINCT FROM GREATEST(t."updated_at", excluded."updated_at")
-  RETURNING t."id", (t.xmax = 0) AS inserted
+  RETURNING t."id", (t.xmax = 0) AS inserted, GREATEST(t."updated_at", t."deleted_at") AS known_until
 )
-SELECT i."id" AS id, CASE WHEN w."id" IS NULL THEN 'unchanged' WHEN w.inserted THEN 'inserted' ELSE 'updated' END AS outcome
+SELECT i."id" AS id, CASE WHEN w."id" IS NULL THEN 'unchanged' WHEN w.inserted THEN 'inserted' ELSE 'updated' END AS outcome,
+  (extract(epoch FROM w.known_until) * 1000)::float8 AS known_until
 FROM input AS i LEFT JOIN written AS w ON w."id" = i."id"`
 })()
 
@@ -164,20 +168,24 @@ export const writeClients = (sql: SqlClient, keepHistory: boolean) =>
       const rows = foldClients(decoded)
       const counts = { inserted: 0, updated: 0, unchanged: 0, skipped: decoded.length - rows.length }
       if (rows.length > 0) {
-        const write = sql.unsafe<{ id: string; outcome: "inserted" | "updated" | "unchanged" }>(writeClientsSql, [
-          JSON.stringify(rows),
-          source
-        ])
-        // The history follows the merged row (a client has no snapshot of its own to place late).
+        const write = sql.unsafe<{
+          id: string
+          outcome: "inserted" | "updated" | "unchanged"
+          known_until: number | null
+        }>(writeClientsSql, [JSON.stringify(rows), source])
+        // The history follows the merged row; then late deliveries go into its middle (ClientHistory.ts).
         const outcomes = yield* keepHistory
           ? sql.withTransaction(
-              Effect.tap(write, (outcomes) =>
-                followRows(
-                  sql,
-                  "clients",
-                  outcomes.filter(({ outcome }) => outcome !== "unchanged").map(({ id }) => id),
-                  source
-                )
+              Effect.tap(
+                Effect.tap(write, (outcomes) =>
+                  followRows(
+                    sql,
+                    "clients",
+                    outcomes.filter(({ outcome }) => outcome !== "unchanged").map(({ id }) => id),
+                    source
+                  )
+                ),
+                (outcomes) => placeLateDeliveries(sql, decoded, outcomes, source)
               )
             )
           : write

@@ -11,7 +11,7 @@
  *   overlap whatever the order of the CRM's times and ours.
  * - `placeLate`: a snapshot the forward-only guard refused (older than the row) is put into the
  *   middle of the chain, between the versions before and after its `updated_at`, when its content
- *   is new there.
+ *   is new there. Clients have no snapshot to place: ClientHistory.ts merges their late deliveries.
  */
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
@@ -90,6 +90,17 @@ const recordValues = (table: AnyTable, alias: string) => {
   ].join(", ")
 }
 
+/** Columns a version of `table` copies from its row beyond the record's: a client's field times. */
+const rowExtras = (table: AnyTable): ReadonlyArray<string> => (table.table === "clients" ? ["field_signed_at"] : [])
+const extraColumns = (table: AnyTable) =>
+  rowExtras(table)
+    .map((column) => `, ${quote(column)}`)
+    .join("")
+const extraValues = (table: AnyTable, alias: string) =>
+  rowExtras(table)
+    .map((column) => `, ${alias}.${quote(column)}`)
+    .join("")
+
 /**
  * `$1` ids (text[]) just written in crm.<table>, `$2` the source. For each, compares the row with
  * its latest version and, when they differ, closes that version and opens one holding the row:
@@ -131,8 +142,8 @@ closed AS (
   RETURNING v."id"
 ),
 opened AS (
-  INSERT INTO ${h} (${insertColumns(table)})
-  SELECT r."id", todo.new_from, NULL, true, r."deleted_at" IS NOT NULL, ${recordValues(table, "r")}, r.hash, $2::text::crm.sync_source, now()
+  INSERT INTO ${h} (${insertColumns(table)}${extraColumns(table)})
+  SELECT r."id", todo.new_from, NULL, true, r."deleted_at" IS NOT NULL, ${recordValues(table, "r")}, r.hash, $2::text::crm.sync_source, now()${extraValues(table, "r")}
   FROM todo JOIN r ON r."id" = todo."id"
   ORDER BY r."id"
   RETURNING "id"
