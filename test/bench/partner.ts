@@ -374,7 +374,10 @@ const bench = Effect.gen(function* () {
         await sleep(100)
       }
       const listeningAfter = (performance.now() - started) / 1000
-      const probes = [probe(`http://127.0.0.1:${adminPort}/readyz`, 500), probe(`http://127.0.0.1:${adminPort}/status`, 500)]
+      const probes = [
+        probe(`http://127.0.0.1:${adminPort}/readyz`, 500),
+        probe(`http://127.0.0.1:${adminPort}/status`, 500)
+      ]
       let peakMb = 0
       let peakHeapMb = 0
       /** The daemon's own event-loop delay, p99 of each 10 s. */
@@ -413,7 +416,12 @@ const bench = Effect.gen(function* () {
         if (elapsed >= CAP_SECONDS || (SIGTERM_AT !== undefined && elapsed >= SIGTERM_AT)) break
       }
       const [readyz, status] = (await Promise.all(probes.map((one) => one.stop()))) as [Probe, Probe]
-      if (process.env.PARTNER_DEBUG !== undefined) console.log("slow probes (index: ms):", JSON.stringify(readyz.latencies.flatMap((ms, i) => (ms > 50 ? [[i, Math.round(ms)]] : []))), JSON.stringify(status.latencies.flatMap((ms, i) => (ms > 200 ? [[i, Math.round(ms)]] : []))))
+      if (process.env.PARTNER_DEBUG !== undefined)
+        console.log(
+          "slow probes (index: ms):",
+          JSON.stringify(readyz.latencies.flatMap((ms, i) => (ms > 50 ? [[i, Math.round(ms)]] : []))),
+          JSON.stringify(status.latencies.flatMap((ms, i) => (ms > 200 ? [[i, Math.round(ms)]] : [])))
+        )
       const endedAt = performance.now()
       await Effect.runPromise(Fiber.interrupt(listening))
       // between the first and the last committed page (the end of the runs is seen up to 2 s late)
