@@ -105,7 +105,13 @@ export class Server extends Schema.TaggedError<Server>()("Server", {
 /** No usable response: connection refused or reset, timeout, a redirect we refuse to follow. */
 export class Transport extends Schema.TaggedError<Transport>()("Transport", {
   kind: Schema.Literals(["network", "timeout", "redirect"]),
-  detail: Detail
+  detail: Detail,
+  /**
+   * Whether the request may have reached the CRM and run there: false only when no connection was
+   * made (refused, unresolved, unreachable). A lost answer of a create that ran may have been a 5xx,
+   * which the CRM does not cache (spec §4 rule 6): sending it again could create a second record.
+   */
+  mayHaveRun: Schema.optionalKey(Schema.Boolean)
 }) {
   get retryable(): boolean {
     // A redirect is configuration, not weather: the same request would be redirected again.

@@ -212,6 +212,28 @@ const transportDetail = (reason: unknown) =>
       ? "request body could not be encoded"
       : "connection failed"
 
+/** Socket errors that mean no connection was made: the request never left. */
+const NOT_SENT = new Set([
+  "ECONNREFUSED",
+  "ENOTFOUND",
+  "EAI_AGAIN",
+  "ENETUNREACH",
+  "EHOSTUNREACH",
+  "UND_ERR_CONNECT_TIMEOUT"
+])
+
+/** Whether a failed exchange may have run at the CRM: unless a cause in its chain says no connection was made. */
+const mayHaveRun = (failure: unknown): boolean => {
+  let cause: unknown = failure
+  for (let depth = 0; depth < 8 && Predicate.isObject(cause); depth++) {
+    const code = (cause as { readonly code?: unknown }).code
+    if (typeof code === "string" && NOT_SENT.has(code)) return false
+    const record = cause as { readonly cause?: unknown; readonly reason?: unknown }
+    cause = record.cause ?? record.reason
+  }
+  return true
+}
+
 /** The wait a 429 asked for, as a Duration the budget can clamp (negative becomes zero, then 1 s). */
 const retryAfterDuration = (ms: number | undefined) =>
   ms === undefined || !Number.isFinite(ms) ? undefined : Duration.millis(Math.max(0, ms))
@@ -344,18 +366,22 @@ const exchange = (
         Effect.flatMap((text) =>
           answer(call, response.status, response.headers["retry-after"], text, failed, response.headers["date"])
         ),
-        // The body stopped mid-way: as good as a dropped connection.
+        // The body stopped mid-way: as good as a dropped connection (a 2xx was cached, spec §4 rule 6).
         Effect.catchTag("HttpClientError", () =>
-          Effect.succeed(failed(new Transport({ kind: "network", detail: "response cut off" })))
+          Effect.succeed(
+            failed(new Transport({ kind: "network", detail: "response cut off", mayHaveRun: response.status >= 500 }))
+          )
         )
       )
     ),
     Effect.catch((cause) =>
-      Effect.succeed(failed(new Transport({ kind: "network", detail: transportDetail(cause.reason) })))
+      Effect.succeed(
+        failed(new Transport({ kind: "network", detail: transportDetail(cause.reason), mayHaveRun: mayHaveRun(cause) }))
+      )
     ),
     Effect.timeoutOrElse({
       duration: wire.connection.request_timeout,
-      orElse: () => Effect.succeed(failed(new Transport({ kind: "timeout" })))
+      orElse: () => Effect.succeed(failed(new Transport({ kind: "timeout", mayHaveRun: true })))
     }),
     // Our own guard against redirects for fetch-based clients (Node's clients never follow them),
     // and no trace headers to a third party.
@@ -446,7 +472,14 @@ const send = Effect.fnUntraced(function* (wire: Wire, call: Call) {
       continue
     }
     if (!reason.retryable || transient >= TRANSIENT_RETRIES) return yield* error(attempts, reason)
-    if (reason._tag === "Server" && call.retryServerErrors === false) return yield* error(attempts, reason)
+    // A create that must not run twice is not sent again once it may have run: its lost answer may
+    // have been an uncached 5xx (found by the chaos suite, seed 20261202: a 503 after the commit,
+    // then a reset, then a retry that created a second contact).
+    if (
+      call.retryServerErrors === false &&
+      (reason._tag === "Server" || (reason._tag === "Transport" && reason.mayHaveRun === true))
+    )
+      return yield* error(attempts, reason)
     transient++
     const delay = yield* backoff(transient)
     yield* Effect.logDebug("crm: retrying").pipe(

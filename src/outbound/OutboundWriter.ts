@@ -86,6 +86,11 @@ const SERVER_ERROR =
   "the CRM may have created the record before failing, and a retry would run again (spec §4 rule 6: a 5xx " +
   "answer is not cached); check the CRM for it, then `crm-sync outbox retry` (same key) if it is not there. " +
   "outbound.retry_server_errors retries such rows automatically, at the risk of a second record"
+const ANSWER_LOST =
+  "its answer was lost after the request went out: the CRM may have created the record and answered with " +
+  "a 5xx, and a retry would run again (spec §4 rule 6: a 5xx answer is not cached); check the CRM for it, " +
+  "then `crm-sync outbox retry` (same key) if it is not there. outbound.retry_server_errors retries such " +
+  "rows automatically, at the risk of a second record"
 const KEY_REUSED =
   "its idempotency key was used before with another body, and that earlier request may have created the record; check the CRM before retrying"
 
@@ -147,7 +152,8 @@ const settled = (status: "failed" | "needs_review", error: string, options?: Set
  * - the token cannot write (401/403): `failed`; nothing will change until someone fixes the token;
  * - transient (5xx when `outbound.retry_server_errors`, transport, 429): `pending` again with
  *   exponential backoff, up to `outbound.max_attempts`, then `failed`;
- * - 5xx otherwise: `needs_review`, since the CRM may have created the record (spec §4 rule 6);
+ * - 5xx otherwise, or an answer lost after the request went out (a reset, a timeout): `needs_review`,
+ *   since the CRM may have created the record and answered with an uncached 5xx (spec §4 rule 6);
  * - 409 (a request with the same key is still running at the CRM): `pending` again, same key;
  * - the key outlived the CRM's memory of it before a permit came: `needs_review` (see `processRow`).
  */
@@ -162,6 +168,9 @@ export const failureOutcome = (
     return settled("needs_review", `${error.message}: ${SERVER_ERROR}`, {
       response: { status: reason.status, error: reason.code }
     })
+  }
+  if (reason._tag === "Transport" && reason.mayHaveRun === true && !policy.retryServerErrors) {
+    return settled("needs_review", `${error.message}: ${ANSWER_LOST}`)
   }
   if (error.retryable) {
     if (row.attempts >= policy.maxAttempts) {

@@ -40,7 +40,9 @@ const Config = Layer.unwrap(
         connection("readonly", readOnly.token),
         connection("bogus", "crm_pat_not-a-real-token"),
         // Its own token and company buckets, so the 429 test's block holds up no other test.
-        connection("throttled", sandbox.credentials.personalAccessToken)
+        connection("throttled", sandbox.credentials.personalAccessToken),
+        // Port 1 on the loopback: nothing listens, the connection is refused.
+        { ...connection("refused", sandbox.credentials.personalAccessToken), base_url: "http://127.0.0.1:1" }
       ],
       budget: { safety_margin: "50 millis" }
     })
@@ -337,6 +339,43 @@ layer(Stack, { excludeTestServices: true })("CrmClient", (it) => {
       assert.strictEqual(posts[0]!.idempotency_key, posts[1]!.idempotency_key)
       assert.isTrue(posts[1]!.idempotent_replay)
       assert.strictEqual((yield* sandbox.admin.state).counts.contacts, before + 1)
+    })
+  )
+
+  it.effect("a create that must not run twice is not resent once its answer is lost (a 5xx it hid is not cached)", () =>
+    Effect.gen(function* () {
+      const client = yield* CrmClient
+      const sandbox = yield* Sandbox
+      // The chaos suite's seed 20261202: the contact committed, the CRM answered 503, the connection reset.
+      yield* sandbox.admin.addFault({
+        kind: "status",
+        status: 503,
+        when: "after",
+        method: "POST",
+        path: "/v1/contacts",
+        times: 1
+      })
+      yield* sandbox.admin.addFault({ kind: "reset", when: "after", method: "POST", path: "/v1/contacts", times: 1 })
+      const since = yield* sandbox.admin.lastRequestSeq
+      const before = (yield* sandbox.admin.state).counts.contacts
+      const failed = yield* Effect.flip(
+        client.createContact(
+          { book_id: "bk_00000001", first_name: "Lost", last_name: "Answer" },
+          { retryServerErrors: false }
+        )
+      )
+      assert.strictEqual(failed.reason._tag, "Transport")
+      assert.isTrue(failed.reason._tag === "Transport" && failed.reason.mayHaveRun)
+      assert.lengthOf(yield* sandbox.admin.requests({ since, method: "POST" }), 1, "sent once")
+      assert.strictEqual((yield* sandbox.admin.state).counts.contacts, before + 1)
+    })
+  )
+
+  it.effect("a refused connection did not run: mayHaveRun is false", () =>
+    Effect.gen(function* () {
+      const client = yield* Effect.orDie(CrmClient.make("refused"))
+      const failed = yield* Effect.flip(client.listBooks())
+      assert.isTrue(failed.reason._tag === "Transport" && failed.reason.mayHaveRun === false, failed.message)
     })
   )
 

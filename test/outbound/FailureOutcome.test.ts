@@ -13,7 +13,8 @@ import {
   KeyInUse,
   NotFound,
   RateLimited,
-  Server
+  Server,
+  Transport
 } from "../../src/crm/CrmError.ts"
 import { failureOutcome, type FailureOutcome } from "../../src/outbound/OutboundWriter.ts"
 
@@ -48,6 +49,26 @@ describe("failureOutcome", () => {
       options: { response: { status: 503, error: undefined } }
     })
     const retried = failureOutcome({ attempts: 1 }, error(server), { ...policy, retryServerErrors: true })
+    assert.strictEqual(retried._tag, "Reschedule")
+  })
+
+  it("a lost answer of a request that went out waits for a person; one that never left is tried again", () => {
+    // A reset after the request went out: the CRM may have created the record and answered 503,
+    // which it does not cache, so the same key would create it again.
+    const lost = outcome(new Transport({ kind: "network", detail: "connection failed", mayHaveRun: true }))
+    assert.deepStrictEqual(summary(lost), { status: "needs_review", options: undefined })
+    assert.include(lost._tag === "Settle" ? lost.error : "", "a retry would run again")
+    assert.deepStrictEqual(summary(outcome(new Transport({ kind: "timeout", mayHaveRun: true }))), {
+      status: "needs_review",
+      options: undefined
+    })
+    // Refused before any connection: nothing ran.
+    const refused = new Transport({ kind: "network", detail: "connection failed", mayHaveRun: false })
+    assert.strictEqual(summary(outcome(refused)), "reschedule")
+    const retried = failureOutcome({ attempts: 1 }, error(new Transport({ kind: "timeout", mayHaveRun: true })), {
+      ...policy,
+      retryServerErrors: true
+    })
     assert.strictEqual(retried._tag, "Reschedule")
   })
 

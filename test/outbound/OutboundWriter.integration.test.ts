@@ -128,23 +128,27 @@ layer(Stack, { timeout: 60_000, excludeTestServices: true })("OutboundWriter", (
     })
   )
 
-  it.effect("a connection reset after the CRM committed: the retry reuses the key and nothing is created twice", () =>
-    Effect.gen(function* () {
-      const sandbox = yield* Sandbox
-      const book = yield* bookId
-      const before = (yield* sandbox.admin.records("prospects")).length
-      const since = yield* sandbox.admin.lastRequestSeq
-      yield* sandbox.admin.addFault({ kind: "reset", when: "after", path: "/v1/prospects", times: 1 })
-      const id = yield* insert("prospect.create", { book_id: book, first_name: "Grace", last_name: "Hopper" })
-      yield* drain
-      const row = yield* read(id)
-      assert.strictEqual(row.status, "succeeded")
-      const posts = yield* sandbox.admin.requests({ method: "POST", path: "/v1/prospects", since })
-      assert.isAtLeast(posts.length, 2, "the first answer was lost, so the request was sent again")
-      assert.deepStrictEqual(new Set(posts.map((post) => post.idempotency_key)), new Set([row.idempotency_key]))
-      assert.strictEqual((yield* sandbox.admin.records("prospects")).length, before + 1)
-      yield* sandbox.admin.clearFaults
-    })
+  it.effect(
+    "a connection reset after the CRM committed: not sent again (the lost answer may have been an uncached 5xx), needs_review, one record",
+    () =>
+      Effect.gen(function* () {
+        const sandbox = yield* Sandbox
+        const book = yield* bookId
+        const before = (yield* sandbox.admin.records("prospects")).length
+        const since = yield* sandbox.admin.lastRequestSeq
+        // The chaos suite's seed 20261202: the record committed, the CRM answered 503, the connection
+        // reset. A second send with the same key would run again (a 5xx is not cached, spec §4 rule 6).
+        yield* sandbox.admin.addFault({ kind: "status", status: 503, when: "after", path: "/v1/prospects", times: 1 })
+        yield* sandbox.admin.addFault({ kind: "reset", when: "after", path: "/v1/prospects", times: 1 })
+        const id = yield* insert("prospect.create", { book_id: book, first_name: "Grace", last_name: "Hopper" })
+        const row = yield* drainUntilSettled(id)
+        yield* sandbox.admin.clearFaults
+        assert.strictEqual(row.status, "needs_review")
+        assert.include(row.error ?? "", "its answer was lost after the request went out")
+        const posts = yield* sandbox.admin.requests({ method: "POST", path: "/v1/prospects", since })
+        assert.lengthOf(posts, 1, "not sent again")
+        assert.strictEqual((yield* sandbox.admin.records("prospects")).length, before + 1, "exactly one record")
+      })
   )
 
   it.effect("a 5xx after the CRM committed: not sent again (a 5xx is not cached), needs_review, one record", () =>
@@ -333,26 +337,23 @@ layer(Stack, { timeout: 60_000, excludeTestServices: true })("OutboundWriter", (
     })
   )
 
-  it.effect("409 while the first request still runs, then it commits: retried with the same key, one record", () =>
+  it.effect("a timeout while the first request still runs: not sent again, needs_review, the one record it made", () =>
     Effect.gen(function* () {
       const sandbox = yield* Sandbox
       const book = yield* bookId
       const before = (yield* sandbox.admin.records("prospects")).length
       const since = yield* sandbox.admin.lastRequestSeq
       // The first request holds its key for 3 s before committing; the client gives up on it after
-      // 2 s (request_timeout) and asks again with the same key while it still runs.
+      // 2 s (request_timeout). Its answer is lost: it may yet be a 5xx the CRM does not cache.
       yield* sandbox.admin.addFault({ kind: "latency", when: "inside", ms: 3_000, path: "/v1/prospects", times: 1 })
       const id = yield* insert("prospect.create", { book_id: book, first_name: "Key", last_name: "InUse" })
       const row = yield* drainUntilSettled(id)
+      yield* Effect.sleep(Duration.millis(1_500))
       yield* sandbox.admin.clearFaults
-      assert.strictEqual(row.status, "succeeded", row.error ?? "")
-      const posts = yield* prospectsPosted(since)
-      assert.isTrue(
-        posts.some((post) => post.status === 409),
-        "a repeat was answered 409 while the first ran"
-      )
-      assert.deepStrictEqual(new Set(posts.map((post) => post.idempotency_key)), new Set([row.idempotency_key]))
-      assert.strictEqual((yield* sandbox.admin.records("prospects")).length, before + 1, "exactly one record")
+      assert.strictEqual(row.status, "needs_review", row.error ?? "")
+      assert.include(row.error ?? "", "did not answer in time")
+      assert.lengthOf(yield* prospectsPosted(since), 1, "not sent again")
+      assert.strictEqual((yield* sandbox.admin.records("prospects")).length, before + 1, "the first request's record")
     })
   )
 
