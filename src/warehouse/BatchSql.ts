@@ -84,7 +84,7 @@ const writeRecords = (table: TableDescriptor<unknown>): string => {
     END
   WHERE (t."updated_at" IS NULL OR t."updated_at" <= excluded."updated_at")
     AND (t."updated_at" IS DISTINCT FROM excluded."updated_at" OR t."raw" IS DISTINCT FROM ${keptRaw(table.keptWhenAbsent)})
-  RETURNING t."id", (t.xmax = 0) AS inserted`
+  RETURNING t."id", (t.xmax = 0) AS inserted, t."deleted_at" IS NOT NULL AS deleted`
 }
 
 /**
@@ -115,7 +115,8 @@ SELECT i."id" AS id,
     WHEN p."updated_at" IS NOT NULL AND (i."updated_at" IS NULL OR p."updated_at" > i."updated_at") THEN 'skipped'
     ELSE 'unchanged'
   END AS outcome,
-  ${changedLists} AS changed_lists
+  ${changedLists} AS changed_lists,
+  COALESCE(w.deleted, false) AS deleted
 FROM input AS i
 LEFT JOIN written AS w ON w."id" = i."id"
 LEFT JOIN crm.${quote(table.table)} AS p ON p."id" = i."id"`
@@ -123,7 +124,7 @@ LEFT JOIN crm.${quote(table.table)} AS p ON p."id" = i."id"`
 
 /**
  * The write of `upsertRecords` alone, for tables without child lists: it returns only the rows it
- * wrote (`{id, inserted}`) instead of reading every stored row again to classify the others; the
+ * wrote (`{id, inserted, deleted}`: `deleted`, written into a row that stays deleted) instead of reading every stored row again to classify the others; the
  * caller asks `classifyUnwritten` about those when there are any (a first crawl has none). About
  * a sixth of the cost of a batch of new records.
  */

@@ -7,11 +7,13 @@
  *   filled, each named field written when T is not older than the version's time for it);
  * - every version after T gets the same merge by its own field times (`field_signed_at`, kept per
  *   version; the current one by its row's), so a field a later delivery named keeps its value;
- * - a version that now repeats the one before it is merged into that one (so the version `follow`
- *   appended for the delivery, the row, goes into the one it followed).
- * It runs after the batch's write and `follow` (ClientWrites.writeClients), in their transaction,
- * which holds the clients' rows: no other writer moves their chains meanwhile. A delivery older
- * than every version, or signed while the client was deleted, is not placed (`follow` appended it).
+ * - a version that now repeats the one before it is merged into that one (so the version the
+ *   row's update trigger began for the delivery, the row, goes into the one it followed: that one
+ *   leaves `crm_history.clients_ended` and the row's `version_from` moves back to its start).
+ * The current version is the row, which the write already merged; only the ended versions are
+ * rewritten. It runs after the batch's write (ClientWrites.writeClients), in its transaction, which
+ * holds the clients' rows: no other writer moves their chains meanwhile. A delivery older than
+ * every version, or signed while the client was deleted, is not placed (the row took it).
  */
 import * as Effect from "effect/Effect"
 import type { SqlClient } from "effect/sql/SqlClient"
@@ -27,7 +29,9 @@ export interface ClientDeliveryRow {
 
 const quote = (identifier: string) => `"${identifier}"`
 
+/** Every version (the view); the ended ones (a table) and the current one (the row) are written apart. */
 const h = `crm_history."clients"`
+const ended = `crm_history."clients_ended"`
 
 /** The latest version of `d."id"`, as `c`. */
 const latestVersion = `LATERAL (SELECT v."valid_from" FROM ${h} AS v WHERE v."id" = d."id" ORDER BY v."valid_from" DESC LIMIT 1) AS c`
@@ -105,31 +109,43 @@ kept AS (
   FROM ranked WHERE previous_hash IS NULL OR previous_hash <> hash OR previous_deleted <> "deleted"
 ),
 dropped AS (
-  DELETE FROM ${h} AS v USING ranked
-  WHERE ranked.stored AND v."id" = ranked."id" AND v."valid_from" = ranked."valid_from"
+  DELETE FROM ${ended} AS v USING ranked
+  WHERE ranked.stored AND NOT ranked.old_current AND v."id" = ranked."id" AND v."valid_from" = ranked."valid_from"
     AND ranked.previous_hash = ranked.hash AND ranked.previous_deleted = ranked."deleted"
   RETURNING v."id"
 ),
 rewritten AS (
-  UPDATE ${h} AS v SET
+  UPDATE ${ended} AS v SET
     ("raw", "content_hash", ${typedNames}) = (SELECT k."raw", k.hash, x.* FROM ${typedRecord(`k."raw"`)}),
     "field_signed_at" = k."field_signed_at",
     "updated_at" = k."updated_at",
     "valid_to" = k.new_to,
-    "is_current" = k.new_to IS NULL,
     "synced_at" = CASE WHEN k.hash IS DISTINCT FROM k.old_hash THEN now() ELSE v."synced_at" END
   FROM kept AS k
-  WHERE k.stored AND v."id" = k."id" AND v."valid_from" = k."valid_from"
+  WHERE k.stored AND NOT k.old_current AND k.new_to IS NOT NULL AND v."id" = k."id" AND v."valid_from" = k."valid_from"
     AND (k.hash IS DISTINCT FROM k.old_hash OR k."field_signed_at" IS DISTINCT FROM k.old_times
-      OR k.new_to IS DISTINCT FROM k.old_to OR (k.new_to IS NULL) <> k.old_current)
+      OR k.new_to IS DISTINCT FROM k.old_to)
   RETURNING v."id"
+),
+-- The row became a repeat of the version before it: that version is the row's now (it leaves the
+-- ended ones, and the row's version begins where it began).
+promoted AS (
+  DELETE FROM ${ended} AS v USING kept AS k
+  WHERE k.stored AND NOT k.old_current AND k.new_to IS NULL AND v."id" = k."id" AND v."valid_from" = k."valid_from"
+  RETURNING v."id"
+),
+moved AS (
+  UPDATE crm."clients" AS r SET "version_from" = k."valid_from"
+  FROM kept AS k
+  WHERE k.new_to IS NULL AND NOT k.old_current AND r."id" = k."id"
+  RETURNING r."id"
 )
-INSERT INTO ${h} ("id", "valid_from", "valid_to", "is_current", "deleted", ${typedNames}, "updated_at", "raw",
+INSERT INTO ${ended} ("id", "valid_from", "valid_to", "deleted", ${typedNames}, "updated_at", "raw",
   "content_hash", "field_signed_at", "source", "synced_at")
-SELECT k."id", k."valid_from", k.new_to, k.new_to IS NULL, false, x.*, k."updated_at", k."raw", k.hash,
+SELECT k."id", k."valid_from", k.new_to, false, x.*, k."updated_at", k."raw", k.hash,
   k."field_signed_at", $2::text::crm.sync_source, now()
 FROM kept AS k, ${typedRecord(`k."raw"`)}
-WHERE NOT k.stored
+WHERE NOT k.stored AND k.new_to IS NOT NULL
 ORDER BY k."id"`
 
 /** The fields a delivery names that its record carries (never `id`), with their values. */
@@ -142,8 +158,8 @@ const namedFields = (delivery: ClientDeliveryRow) => {
 }
 
 /**
- * Places the late `client.updated` deliveries of a batch (see the module comment), after its write
- * and `follow`. `written` is the write's outcome per client: a delivery is a candidate when its
+ * Places the late `client.updated` deliveries of a batch (see the module comment), after its write.
+ * `written` is the write's outcome per client: a delivery is a candidate when its
  * client's row stands for a later time (`known_until`) or did not change (a replay, or a delivery
  * all of whose fields were named later); the statement runs only when there is one. Several late
  * deliveries of one client go in rounds, oldest first.

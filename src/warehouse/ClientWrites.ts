@@ -15,10 +15,10 @@
  * whichever commits first. Typed columns are read from the merged `raw`.
  */
 import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
 import type { SqlClient } from "effect/sql/SqlClient"
 import * as BatchSql from "./BatchSql.ts"
 import { placeLateDeliveries } from "./ClientHistory.ts"
-import { followRows } from "./History.ts"
 import { type Decoded, type Rejected, rawOf } from "./Rows.ts"
 import { type Source, Tables } from "./Tables.ts"
 import type { UpsertResult } from "./WarehouseTypes.ts"
@@ -145,6 +145,12 @@ SELECT i."id" AS id, CASE WHEN w."id" IS NULL THEN 'unchanged' WHEN w.inserted T
 FROM input AS i LEFT JOIN written AS w ON w."id" = i."id"`
 })()
 
+/** `effect` in a transaction: the caller's, when one is open (no savepoint), or its own. */
+const inTransaction = <A, E, R>(sql: SqlClient, effect: Effect.Effect<A, E, R>) =>
+  Effect.flatMap(Effect.serviceOption(sql.transactionService), (open) =>
+    Option.isSome(open) ? effect : sql.withTransaction(effect)
+  )
+
 /** A decoded delivery's client, for `foldClients`. */
 export const decodedClient = (item: Decoded, delivery: ClientDelivery): DecodedClient => ({
   id: item.id,
@@ -173,20 +179,12 @@ export const writeClients = (sql: SqlClient, keepHistory: boolean) =>
           outcome: "inserted" | "updated" | "unchanged"
           known_until: number | null
         }>(writeClientsSql, [JSON.stringify(rows), source])
-        // The history follows the merged row; then late deliveries go into its middle (ClientHistory.ts).
+        // The row's update trigger ended the version it replaced; late deliveries go into the
+        // middle of the chain (ClientHistory.ts), in the same transaction as the write.
         const outcomes = yield* keepHistory
-          ? sql.withTransaction(
-              Effect.tap(
-                Effect.tap(write, (outcomes) =>
-                  followRows(
-                    sql,
-                    "clients",
-                    outcomes.filter(({ outcome }) => outcome !== "unchanged").map(({ id }) => id),
-                    source
-                  )
-                ),
-                (outcomes) => placeLateDeliveries(sql, decoded, outcomes, source)
-              )
+          ? inTransaction(
+              sql,
+              Effect.tap(write, (outcomes) => placeLateDeliveries(sql, decoded, outcomes, source))
             )
           : write
         for (const { outcome } of outcomes) counts[outcome] += 1

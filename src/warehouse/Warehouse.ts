@@ -295,10 +295,18 @@ export class Warehouse extends Context.Service<
     Effect.gen(function* () {
       const sql = yield* SqlClient
       const history = yield* HistorySettings
+      // The rows' update triggers read which resources keep their ended versions (History.ts).
+      yield* History.writeSettings(sql, history).pipe(
+        Effect.catch((error) =>
+          Effect.logWarning("the history settings could not be stored; the warehouse keeps the previous ones").pipe(
+            Effect.annotateLogs({ error: error.message })
+          )
+        )
+      )
       const write = Writes.write(sql, history)
       const clients = writeClients(sql, keeps(history, "clients"))
       const row = Reads.row(sql)
-      const markDeleted = Writes.markDeleted(sql, history)
+      const markDeleted = Writes.markDeleted(sql)
       const retireTranscripts = Transcripts.retireTranscripts(sql)
       const writeTranscripts = Transcripts.writeTranscripts(
         sql,
@@ -332,7 +340,7 @@ export class Warehouse extends Context.Service<
               ),
         readStarted: Transcripts.readStarted(sql),
         writeTranscripts: (reads, options) => writeTranscripts(reads, options.source),
-        undelete: Writes.undelete(sql, history),
+        undelete: Writes.undelete(sql),
         recordClientChange: Writes.recordClientChange(sql),
         recordClientChanges: Writes.recordClientChanges(sql),
         keepNoteHouseholds: Writes.keepNoteHouseholds(sql),

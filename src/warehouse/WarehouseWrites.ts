@@ -14,7 +14,7 @@ import type { SqlError } from "effect/sql/SqlError"
 import * as BatchSql from "./BatchSql.ts"
 import type { WriteOutcome } from "./BatchSql.ts"
 import { replaceChildren, type Written } from "./ChildLists.ts"
-import { followRows, isHistoryResource, keeps, placeLateSnapshots } from "./History.ts"
+import { isHistoryResource, keeps, placeLateSnapshots } from "./History.ts"
 import {
   type AnyTable,
   type Decoded,
@@ -91,8 +91,7 @@ const mergeReferences = Effect.fnUntraced(function* (
   sql: SqlClient,
   written: ReadonlyArray<Decoded>,
   source: Source,
-  known: ReferenceLedger | undefined,
-  history: HistoryKept
+  known: ReferenceLedger | undefined
 ) {
   const sightings = written.flatMap((item) => item.sightings)
   // A sighting of a known reference that names only its id would change nothing.
@@ -110,10 +109,7 @@ const mergeReferences = Effect.fnUntraced(function* (
       for (const record of news) if (!known.has(resource, record.id)) learned.push([resource, record.id])
     }
     const rows = news.map((record) => referenceRow(reference, record))
-    const outcomes = yield* sql.unsafe<ParentOutcome>(writeStatement(reference), [JSON.stringify(rows), source])
-    if (resource === "households" && keeps(history, resource)) {
-      yield* followRows(sql, resource, idsWritten(outcomes), source)
-    }
+    yield* sql.unsafe(writeStatement(reference), [JSON.stringify(rows), source])
   }
   return learned
 })
@@ -123,6 +119,8 @@ interface ParentOutcome {
   readonly id: string
   readonly outcome: WriteOutcome
   readonly changed_lists?: ReadonlyArray<string>
+  /** Written into a row that stays deleted (a snapshot no newer than the deletion). */
+  readonly deleted?: boolean
 }
 
 /**
@@ -136,10 +134,14 @@ const writeWithoutChildren = Effect.fnUntraced(function* (
   rows: string,
   source: Source
 ) {
-  const written = yield* sql.unsafe<{ id: string; inserted: boolean }>(insertStatement(table), [rows, source])
-  const outcomes: Array<{ id: string; outcome: WriteOutcome }> = written.map((row) => ({
+  const written = yield* sql.unsafe<{ id: string; inserted: boolean; deleted: boolean }>(insertStatement(table), [
+    rows,
+    source
+  ])
+  const outcomes: Array<ParentOutcome> = written.map((row) => ({
     id: row.id,
-    outcome: row.inserted ? "inserted" : "updated"
+    outcome: row.inserted ? "inserted" : "updated",
+    deleted: row.deleted
   }))
   if (written.length === items.length) return outcomes
   const done = new Set(written.map((row) => row.id))
@@ -171,13 +173,11 @@ const writeParents = Effect.fnUntraced(function* (
   return outcomes
 })
 
-const idsWritten = (outcomes: ReadonlyArray<ParentOutcome>) =>
-  outcomes.filter(({ outcome }) => outcome === "inserted" || outcome === "updated").map(({ id }) => id)
-
 /**
- * The history of a chunk (History.ts), after its parents: versions for the records written, and
- * the snapshots the current table refused (older than the row, older copies in the same batch,
- * or written into a deleted row) put into the middle of their chains.
+ * The history of a chunk (History.ts), after its parents: the rows' update triggers ended the
+ * versions the writes replaced; here the snapshots the current table refused (older than the
+ * row, older copies in the same batch) or wrote into a deleted row go into the middle of their
+ * chains.
  */
 const writeHistory = Effect.fnUntraced(function* (
   sql: SqlClient,
@@ -188,12 +188,14 @@ const writeHistory = Effect.fnUntraced(function* (
   source: Source
 ) {
   if (!isHistoryResource(resource)) return
-  const history = resource
-  const intoDeleted = new Set(yield* followRows(sql, history, idsWritten(outcomes), source))
-  const refused = new Set(outcomes.filter(({ outcome }) => outcome === "skipped").map(({ id }) => id))
-  const late = items.filter((item) => refused.has(item.id) || intoDeleted.has(item.id))
+  const placed = new Set(
+    outcomes
+      .filter(({ outcome, deleted }) => outcome === "skipped" || (outcome === "updated" && deleted === true))
+      .map(({ id }) => id)
+  )
+  const late = items.filter((item) => placed.has(item.id))
   if (dropped.size > 0) for (const item of items) late.push(...(dropped.get(item.id) ?? []))
-  if (late.length > 0) yield* placeLateSnapshots(sql, history, late, source)
+  if (late.length > 0) yield* placeLateSnapshots(sql, resource, late, source)
 })
 
 /** The counts of a chunk's outcomes, and the records written (inserted or updated). */
@@ -239,8 +241,7 @@ const writeChunk = (
         sql,
         written.map((w) => w.item),
         options.source,
-        options.known,
-        history
+        options.known
       )
       return { counts, references }
     })
@@ -329,52 +330,24 @@ export const write = (sql: SqlClient, history: HistoryKept) =>
     (effect, prepared) => Effect.mapError(effect, toWarehouseError("upsert", prepared.resource))
   )
 
-/** A write and the history it leaves, in one transaction when there is a history to write. */
-const withHistory = <A, E, R>(
-  sql: SqlClient,
-  history: HistoryKept,
-  resource: Resource,
-  ids: ReadonlyArray<string>,
-  source: Source,
-  effect: Effect.Effect<A, E, R>
-) => {
-  if (!keeps(history, resource) || !isHistoryResource(resource)) return effect
-  return sql.withTransaction(Effect.tap(effect, () => followRows(sql, resource, ids, source)))
-}
-
-export const markDeleted = (sql: SqlClient, history: HistoryKept) =>
+export const markDeleted = (sql: SqlClient) =>
   Effect.fn("Warehouse.markDeleted")(
     function* (resource: Resource, ids: ReadonlyArray<string>, at: DateTime.Utc, options: WriteOptions) {
       if (ids.length === 0) return { deleted: 0, tombstoned: 0 }
-      const [result] = yield* withHistory(
-        sql,
-        history,
-        resource,
-        ids,
-        options.source,
-        sql.unsafe<{ deleted: number; tombstoned: number }>(BatchSql.markDeleted(Tables[resource] as AnyTable), [
-          ids,
-          DateTime.formatIso(at),
-          options.source
-        ])
+      const [result] = yield* sql.unsafe<{ deleted: number; tombstoned: number }>(
+        BatchSql.markDeleted(Tables[resource] as AnyTable),
+        [ids, DateTime.formatIso(at), options.source]
       )
       return { deleted: result?.deleted ?? 0, tombstoned: result?.tombstoned ?? 0 }
     },
     (effect, resource) => Effect.mapError(effect, toWarehouseError("markDeleted", resource))
   )
 
-export const undelete = (sql: SqlClient, history: HistoryKept) =>
+export const undelete = (sql: SqlClient) =>
   Effect.fn("Warehouse.undelete")(
     function* (resource: Resource, ids: ReadonlyArray<string>, options: WriteOptions) {
       if (ids.length === 0) return 0
-      const rows = yield* withHistory(
-        sql,
-        history,
-        resource,
-        ids,
-        options.source,
-        sql.unsafe(BatchSql.undelete(Tables[resource] as AnyTable), [ids, options.source])
-      )
+      const rows = yield* sql.unsafe(BatchSql.undelete(Tables[resource] as AnyTable), [ids, options.source])
       return rows.length
     },
     (effect, resource) => Effect.mapError(effect, toWarehouseError("undelete", resource))

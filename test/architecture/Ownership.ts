@@ -15,6 +15,7 @@ const src = join(root, "src")
 export const TableOwners: Readonly<Record<string, ReadonlyArray<string>>> = {
   "crm.*": ["src/warehouse/"],
   "crm_history.*": ["src/warehouse/"],
+  "crm_sync.history_settings": ["src/warehouse/History.ts"],
   "crm_sync.webhook_inbox": ["src/webhooks/WebhookInbox.ts"],
   "crm_sync.webhook_subscriptions": ["src/webhooks/Subscriptions.ts"],
   "crm_sync.webhook_refusals": ["src/webhooks/WebhookRefusals.ts"],

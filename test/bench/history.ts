@@ -182,33 +182,33 @@ const reads = (adminUrl: string) =>
     Effect.gen(function* () {
       const sql = yield* SqlClient
       console.error(`building ${ACCOUNTS.toLocaleString("en-US")} × ${DAYS} versions…`)
-      yield* sql`TRUNCATE crm_history.financial_accounts`
-      // Loaded day after day (the order the warehouse appends versions in) without the secondary
-      // indexes, which are then built as the migrations define them.
+      // The ended versions loaded day after day (the order the rows' updates end them in) without
+      // the secondary indexes, which are then built as the migrations define them; the last day's
+      // versions are the rows themselves.
       const indexes = yield* sql<{ name: string; definition: string }>`
         SELECT indexname AS name, indexdef AS definition FROM pg_indexes
-        WHERE schemaname = 'crm_history' AND tablename = 'financial_accounts' AND indexname <> 'financial_accounts_pkey'`
+        WHERE schemaname = 'crm_history' AND tablename = 'financial_accounts_ended'
+          AND indexname <> 'financial_accounts_pkey'`
       for (const index of indexes) yield* sql.unsafe(`DROP INDEX crm_history.${index.name}`)
       yield* sql.unsafe(`
-        INSERT INTO crm.financial_accounts (id, household_id, balance_in_cents, updated_at, source, raw)
-        SELECT 'fa_' || lpad(i::text, 8, '0'), 'hh_' || lpad((i / ${ACCOUNTS_PER_HOUSEHOLD})::text, 8, '0'), i,
+        INSERT INTO crm.financial_accounts (id, household_id, balance_in_cents, updated_at, version_from, source, raw)
+        SELECT 'fa_' || lpad(i::text, 8, '0'), 'hh_' || lpad((i / ${ACCOUNTS_PER_HOUSEHOLD})::text, 8, '0'),
+               i * 100 + ${DAYS - 1}, timestamptz '2026-01-01' + ${DAYS - 1} * interval '1 day',
                timestamptz '2026-01-01' + ${DAYS - 1} * interval '1 day', 'crawl', '{}'
-        FROM generate_series(0, ${ACCOUNTS - 1}) AS i
-        ON CONFLICT (id) DO NOTHING`)
+        FROM generate_series(0, ${ACCOUNTS - 1}) AS i`)
       yield* sql.unsafe(`
-        INSERT INTO crm_history.financial_accounts
-          (id, valid_from, valid_to, is_current, deleted, household_id, balance_in_cents, updated_at, source, synced_at)
+        INSERT INTO crm_history.financial_accounts_ended
+          (id, valid_from, valid_to, deleted, household_id, balance_in_cents, updated_at, source, synced_at)
         SELECT 'fa_' || lpad(i::text, 8, '0'),
-               timestamptz '2026-01-01' + d * interval '1 day',
-               CASE WHEN d < ${DAYS - 1} THEN timestamptz '2026-01-01' + (d + 1) * interval '1 day' END,
-               d = ${DAYS - 1}, false, 'hh_' || lpad((i / ${ACCOUNTS_PER_HOUSEHOLD})::text, 8, '0'),
+               timestamptz '2026-01-01' + d * interval '1 day', timestamptz '2026-01-01' + (d + 1) * interval '1 day',
+               false, 'hh_' || lpad((i / ${ACCOUNTS_PER_HOUSEHOLD})::text, 8, '0'),
                i * 100 + d, timestamptz '2026-01-01' + d * interval '1 day', 'crawl', now()
-        FROM generate_series(0, ${ACCOUNTS - 1}) AS i, generate_series(0, ${DAYS - 1}) AS d
+        FROM generate_series(0, ${ACCOUNTS - 1}) AS i, generate_series(0, ${DAYS - 2}) AS d
         ORDER BY d, i`)
       yield* sql`SET maintenance_work_mem = '512MB'`
       for (const index of indexes) yield* sql.unsafe(index.definition)
-      yield* sql`VACUUM ANALYZE crm_history.financial_accounts`
-      yield* sql`ANALYZE crm.financial_accounts`
+      yield* sql`VACUUM ANALYZE crm_history.financial_accounts_ended`
+      yield* sql`VACUUM ANALYZE crm.financial_accounts`
       const household = `hh_${pad(Math.floor(ACCOUNTS / 2 / ACCOUNTS_PER_HOUSEHOLD))}`
       const householdYear = yield* timed(
         sql`SELECT day, sum(balance_in_cents) AS balance

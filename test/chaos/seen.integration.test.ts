@@ -73,12 +73,15 @@ const addRun = (sql: SqlClient, job: string, status: string, from: string, to: s
   sql`INSERT INTO crm_sync.job_runs (job, connection, status, started_at, finished_at)
       VALUES (${job}, 'chaos', ${status}, ${from}::timestamptz, ${to}::timestamptz)`
 
-/** A version of client `id` holding `tier` over [from, to). */
+/** A version of client `id` holding `tier` over [from, to): an ended one, or (no `to`) the row. */
 const clientVersion = (sql: SqlClient, id: string, tier: string, from: string, to: string | null) => {
   const raw = JSON.stringify({ id, tier })
-  return sql`INSERT INTO crm_history.clients (id, valid_from, valid_to, is_current, deleted, tier, updated_at, raw, content_hash, source)
-             VALUES (${id}, ${from}::timestamptz, ${to}::timestamptz, ${to === null}, false, ${tier}, ${from}::timestamptz,
-                     ${raw}::jsonb, md5(${raw}::jsonb::text), 'webhook')`
+  return to === null
+    ? sql`INSERT INTO crm.clients (id, version_from, tier, updated_at, raw, source)
+          VALUES (${id}, ${from}::timestamptz, ${tier}, ${from}::timestamptz, ${raw}::jsonb, 'webhook')`
+    : sql`INSERT INTO crm_history.clients_ended (id, valid_from, valid_to, deleted, tier, updated_at, raw, content_hash, source)
+          VALUES (${id}, ${from}::timestamptz, ${to}::timestamptz, false, ${tier}, ${from}::timestamptz,
+                  ${raw}::jsonb, md5(${raw}::jsonb::text), 'webhook')`
 }
 
 const delivery = (sql: SqlClient, hookId: string, id: string, tier: string, signedAt: string) =>
@@ -120,7 +123,7 @@ layer(TestWarehouse)("the verdict's history check", (it) => {
       assert.strictEqual(sound.figures.history_contents_judged, 2)
       assert.strictEqual(sound.figures.history_pages_not_judged, 3)
 
-      yield* sql`DELETE FROM crm_history.financial_accounts WHERE id = 'fa_seen' AND balance_in_cents = 100`
+      yield* sql`DELETE FROM crm_history.financial_accounts_ended WHERE id = 'fa_seen' AND balance_in_cents = 100`
       const broken = yield* judge(sql, requests, contents)
       assert.deepStrictEqual(broken.mismatches, [
         `crm_history.financial_accounts fa_seen: a content the daemon saw at ${requests[0]!.at} (req_2026-03-05T10:01:00Z) is no version`
@@ -142,8 +145,8 @@ layer(TestWarehouse)("the verdict's history check", (it) => {
       assert.strictEqual(sound.figures.history_client_fields_judged, 2)
 
       // Dropped instead: bronze runs on until gold, and no version holds silver after its time.
-      yield* sql`DELETE FROM crm_history.clients WHERE id = 'cli_seen' AND tier = 'silver'`
-      yield* sql`UPDATE crm_history.clients SET valid_to = '2026-03-03T00:00:00Z' WHERE id = 'cli_seen' AND tier = 'bronze'`
+      yield* sql`DELETE FROM crm_history.clients_ended WHERE id = 'cli_seen' AND tier = 'silver'`
+      yield* sql`UPDATE crm_history.clients_ended SET valid_to = '2026-03-03T00:00:00Z' WHERE id = 'cli_seen' AND tier = 'bronze'`
       const broken = yield* judge(sql, [], [])
       assert.strictEqual(broken.mismatches.length, 1)
       assert.match(

@@ -143,7 +143,7 @@ layer(
         const [versions] = yield* reader<{ n: number }>`
           SELECT count(*)::int AS n FROM crm_history.businesses WHERE is_current`
         assert.strictEqual(versions!.n, businesses!.n)
-        assert.isTrue(yield* refused(reader, "DELETE FROM crm_history.businesses"))
+        assert.isTrue(yield* refused(reader, "DELETE FROM crm_history.businesses_ended"))
         assert.isTrue(yield* refused(reader, "SELECT * FROM crm_sync.credentials"))
         assert.isTrue(yield* refused(reader, "SELECT * FROM crm_sync.outbox"))
         assert.isTrue(yield* refused(reader, "UPDATE crm.businesses SET name = 'x'"))

@@ -4,7 +4,7 @@
  * `{id, problem}` rows, none when the table is sound:
  * - versions of an id chain without gap or overlap (each ends where the next begins), and only the
  *   last is current, open-ended;
- * - the current version is the current row (its deletion, and its content unless deleted);
+ * - (the current version is the current row by construction: the view shows the row itself);
  * - no version repeats the one before it (same content, same deletion).
  */
 export const HISTORY_TABLES = [
@@ -32,10 +32,4 @@ export const historyProblems = (table: (typeof HISTORY_TABLES)[number]) => `
       FROM crm_history.${table}
       WINDOW w AS (PARTITION BY id ORDER BY valid_from)
     ) AS v
-  ) AS p WHERE problem IS NOT NULL
-  UNION ALL
-  SELECT t.id, 'the current version is not the current row'
-  FROM crm.${table} AS t
-  LEFT JOIN crm_history.${table} AS h ON h.id = t.id AND h.is_current
-  WHERE h.id IS NULL OR h.deleted <> (t.deleted_at IS NOT NULL)
-     OR (t.deleted_at IS NULL AND h.content_hash IS DISTINCT FROM md5(t.raw::text))`
+  ) AS p WHERE problem IS NOT NULL`

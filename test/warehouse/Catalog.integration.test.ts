@@ -36,7 +36,7 @@ layer(TestDatabase, { timeout: 60_000, excludeTestServices: true })("the warehou
     })
   )
 
-  it.effect("every crm_history table and column has a comment (migration 0025)", () =>
+  it.effect("every crm_history table, view and column has a comment (migrations 0025, 0028)", () =>
     Effect.gen(function* () {
       const sql = yield* SqlClient
       const columns = yield* sql<{ table_name: string; column_name: string; comment: string | null }>`
@@ -44,8 +44,8 @@ layer(TestDatabase, { timeout: 60_000, excludeTestServices: true })("the warehou
                col_description(format('%I.%I', c.table_schema, c.table_name)::regclass, c.ordinal_position) AS comment
         FROM information_schema.columns c
         JOIN information_schema.tables t USING (table_schema, table_name)
-        WHERE c.table_schema = 'crm_history' AND t.table_type = 'BASE TABLE'`
-      assert.isAtLeast(new Set(columns.map((row) => row.table_name)).size, 5)
+        WHERE c.table_schema = 'crm_history' AND t.table_type IN ('BASE TABLE', 'VIEW')`
+      assert.isAtLeast(new Set(columns.map((row) => row.table_name)).size, 11)
       assert.deepStrictEqual(
         columns.filter((row) => (row.comment ?? "").trim() === "").map((row) => `${row.table_name}.${row.column_name}`),
         []
@@ -53,6 +53,8 @@ layer(TestDatabase, { timeout: 60_000, excludeTestServices: true })("the warehou
       const comment = (table: string, column: string) =>
         columns.find((row) => row.table_name === table && row.column_name === column)?.comment ?? ""
       assert.include(comment("financial_accounts", "valid_to"), "NULL for the current version")
+      assert.include(comment("financial_accounts", "is_current"), "the row of crm.financial_accounts")
+      assert.include(comment("financial_accounts_ended", "ended_at"), "When crm-sync ended this version")
       assert.include(comment("financial_accounts", "balance_in_cents"), "cents")
       assert.include(comment("annuity_contracts", "values"), "values")
     })

@@ -1,7 +1,7 @@
 /**
  * The migration that keeps field times per client version (0027) on a warehouse with a client
  * history: each current version takes its row's `field_signed_at`, older versions none; a late
- * delivery is then placed in the middle by those times.
+ * delivery is then placed in the middle by those times (after the later migrations, 0028 included).
  */
 import { assert, layer } from "@effect/vitest"
 import { Effect } from "effect"
@@ -50,6 +50,15 @@ layer(EmptyTestDatabase, { timeout: 60_000 })("the client history field times mi
           is_current: true,
           field_signed_at: { tier: "2026-01-03T00:00:00.000Z", status: "2026-01-01T00:00:00.000Z" }
         }
+      ])
+
+      // Then the rest (0028: the current version is the row itself, the same chain in the view).
+      yield* migrateFrom(migrationsDirectory)
+      const migrated = yield* sql<{ valid_from: Date; is_current: boolean; tier: string }>`
+        SELECT valid_from, is_current, tier FROM crm_history.clients WHERE id = 'cli_m' ORDER BY valid_from`
+      assert.deepStrictEqual(migrated, [
+        { valid_from: new Date("2026-01-01T00:00:00Z"), is_current: false, tier: "silver" },
+        { valid_from: new Date("2026-01-03T00:00:00Z"), is_current: true, tier: "gold" }
       ])
 
       // Signed at 01-02: tier was named again at 01-03, status not since 01-01.

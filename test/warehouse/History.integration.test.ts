@@ -154,14 +154,15 @@ layer(TestWarehouse)("History", (it) => {
       yield* warehouse.markDeleted("financial_accounts", ["fa_del"], at("2026-03-05T00:00:00Z"), { source: "crawl" })
       yield* warehouse.markDeleted("financial_accounts", ["fa_del"], at("2026-03-06T00:00:00Z"), { source: "crawl" })
       assert.deepStrictEqual(yield* balances("fa_del"), ["1", "†1"])
-      // A snapshot older than the deletion: the row stays deleted, the history gets it before the tombstone.
+      // A snapshot older than the deletion: the row stays deleted, the history gets it before the
+      // tombstone, which now holds the last fields known before the deletion (the snapshot's).
       yield* write([account("fa_del", "2026-03-03T00:00:00Z", 2)])
-      assert.deepStrictEqual(yield* balances("fa_del"), ["1", "2", "†1"])
+      assert.deepStrictEqual(yield* balances("fa_del"), ["1", "2", "†2"])
       const [, , tombstone] = yield* versions("fa_del")
       assert.strictEqual(tombstone?.valid_from, "2026-03-05T00:00:00.000000")
       // A crawl sees it again: a new version, after the tombstone.
       yield* warehouse.undelete("financial_accounts", ["fa_del"], { source: "crawl" })
-      assert.deepStrictEqual(yield* balances("fa_del"), ["1", "2", "†1", "2"])
+      assert.deepStrictEqual(yield* balances("fa_del"), ["1", "2", "†2", "2"])
       assert.deepStrictEqual(yield* chainProblems("financial_accounts"), [])
 
       // Deleted again, then a newer snapshot brings it back from its own time.
@@ -218,7 +219,7 @@ layer(TestWarehouse)("History", (it) => {
     })
   )
 
-  it.effect("the chain checks see a gap, a repeated version and a current version that is not the row", () =>
+  it.effect("the chain checks see a gap, an overlap and a repeated version", () =>
     Effect.gen(function* () {
       const warehouse = yield* Warehouse
       const sql = yield* SqlClient
@@ -229,36 +230,38 @@ layer(TestWarehouse)("History", (it) => {
         yield* write([contract(id, "2026-01-02T00:00:00Z", "surrendered")])
       }
       assert.deepStrictEqual(yield* chainProblems("annuity_contracts"), [])
-      yield* sql`UPDATE crm_history.annuity_contracts SET valid_to = '2026-01-01T12:00:00Z'
-                 WHERE id = 'ac_gap' AND NOT is_current`
-      yield* sql`UPDATE crm_history.annuity_contracts AS h SET content_hash = o.content_hash
-                 FROM crm_history.annuity_contracts AS o
-                 WHERE h.id = 'ac_repeat' AND o.id = 'ac_repeat' AND h.is_current AND NOT o.is_current`
-      yield* sql`UPDATE crm.annuity_contracts SET raw = raw || '{"status": "lapsed"}' WHERE id = 'ac_row'`
+      yield* sql`UPDATE crm_history.annuity_contracts_ended SET valid_to = '2026-01-01T12:00:00Z' WHERE id = 'ac_gap'`
+      yield* sql`UPDATE crm_history.annuity_contracts_ended AS h SET content_hash = md5(r.raw::text)
+                 FROM crm.annuity_contracts AS r WHERE h.id = 'ac_repeat' AND r.id = h.id`
+      yield* sql`UPDATE crm.annuity_contracts SET version_from = '2026-01-01T18:00:00Z' WHERE id = 'ac_row'`
       const problems = yield* chainProblems("annuity_contracts")
       assert.deepStrictEqual(problems.map((line) => line.replace(/ at .*/, "")).toSorted(), [
         "ac_gap: versions with a gap or an overlap",
         "ac_repeat: a version repeating the one before",
-        "ac_repeat: the current version is not the current row",
-        "ac_row: the current version is not the current row"
+        "ac_row: versions with a gap or an overlap"
       ])
       yield* sql`DELETE FROM crm.annuity_contracts WHERE id IN ('ac_gap', 'ac_repeat', 'ac_row')`
-      yield* sql`DELETE FROM crm_history.annuity_contracts WHERE id IN ('ac_gap', 'ac_repeat', 'ac_row')`
+      yield* sql`DELETE FROM crm_history.annuity_contracts_ended WHERE id IN ('ac_gap', 'ac_repeat', 'ac_row')`
     })
   )
 
-  it.effect("counts each resource's versions, and those written in the last day, for status", () =>
+  it.effect("counts each resource's versions, and those that ended in the last day, for status", () =>
     Effect.gen(function* () {
       const warehouse = yield* Warehouse
       const sql = yield* SqlClient
       yield* warehouse.upsert("financial_accounts", [account("fa_stats", "2026-05-01T00:00:00Z", 1)], {
         source: "crawl"
       })
+      yield* warehouse.upsert("financial_accounts", [account("fa_stats", "2026-05-02T00:00:00Z", 2)], {
+        source: "crawl"
+      })
       const [count] = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM crm_history.financial_accounts`
+      const [ended] = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM crm_history.financial_accounts_ended`
       const stats = yield* historyStats
       const accounts = stats.find((row) => row.resource === "financial_accounts")
       assert.strictEqual(accounts?.versions, count?.n)
-      assert.strictEqual(accounts?.last_day, count?.n)
+      assert.isAtLeast(ended?.n ?? 0, 1)
+      assert.strictEqual(accounts?.last_day, ended?.n)
       assert.deepStrictEqual(stats.map((row) => row.resource).toSorted(), [
         "annuity_contracts",
         "businesses",
@@ -322,11 +325,22 @@ layer(
     Layer.provideMerge(TestDatabase)
   )
 )("History, for the configured resources only", (it) => {
-  it.effect("writes no version of a resource whose history is off", () =>
+  it.effect("keeps no ended version of a resource whose history is off: only the row", () =>
     Effect.gen(function* () {
       const warehouse = yield* Warehouse
       yield* warehouse.upsert("financial_accounts", [account("fa_off", "2026-01-01T00:00:00Z", 1)], { source: "crawl" })
-      assert.deepStrictEqual(yield* versions("fa_off"), [])
+      yield* warehouse.upsert("financial_accounts", [account("fa_off", "2026-01-02T00:00:00Z", 2)], { source: "crawl" })
+      assert.deepStrictEqual(yield* balances("fa_off"), ["2"])
+      yield* warehouse.upsert("businesses", [business("2026-01-01T00:00:00Z", "A")], { source: "poll" })
+      yield* warehouse.upsert("businesses", [business("2026-01-02T00:00:00Z", "B")], { source: "poll" })
+      const sql = yield* SqlClient
+      const names = yield* sql<{
+        name: string
+      }>`SELECT name FROM crm_history.businesses WHERE id = 'bus_h' ORDER BY valid_from`
+      assert.deepStrictEqual(
+        names.map((row) => row.name),
+        ["A", "B"]
+      )
     })
   )
 })

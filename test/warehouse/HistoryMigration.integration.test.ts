@@ -1,7 +1,8 @@
 /**
  * The migration that starts the history (0025) on a warehouse with data: one current version per
- * live row, from its `updated_at` (its `synced_at` where it has none); deleted rows get none. The
- * next change of a record closes that version.
+ * live row, from its `updated_at` (its `synced_at` where it has none); deleted rows get none. Then
+ * 0028 makes the row its own current version (the view shows the same chains, a deleted row as its
+ * tombstone), and the next change of a record ends that version.
  */
 import { assert, layer } from "@effect/vitest"
 import { Effect } from "effect"
@@ -44,6 +45,16 @@ layer(EmptyTestDatabase, { timeout: 60_000 })("the history migration", (it) => {
       const households = yield* sql<{ valid_from: Date; name: string }>`
         SELECT valid_from, name FROM crm_history.households WHERE id = 'hh_m'`
       assert.deepStrictEqual(households, [{ valid_from: new Date("2026-01-02T00:00:00Z"), name: "Smith" }])
+
+      yield* migrateFrom(migrationsDirectory)
+      const after = yield* sql<{ id: string; valid_from: Date; is_current: boolean; deleted: boolean }>`
+        SELECT id, valid_from, is_current, deleted FROM crm_history.financial_accounts ORDER BY id`
+      assert.deepStrictEqual(after, [
+        { id: "fa_gone", valid_from: new Date("2026-01-06T00:00:00Z"), is_current: true, deleted: true },
+        { id: "fa_live", valid_from: new Date("2026-01-05T10:00:00Z"), is_current: true, deleted: false }
+      ])
+      const [ended] = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM crm_history.financial_accounts_ended`
+      assert.strictEqual(ended?.n, 0)
 
       const warehouse = yield* Effect.provide(Effect.service(Warehouse), Warehouse.layer)
       yield* warehouse.upsert(

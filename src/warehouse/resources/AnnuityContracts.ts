@@ -1,7 +1,7 @@
 /** Annuity contracts (spec §2.5): financial terms and values only, numbers masked; parties, placements, values. */
 import * as Models from "../../crm/Models.ts"
 import { column, define } from "./Declaration.ts"
-import { businessId, createdAt, elementsOf, household, householdId, numbered, ordinal } from "./Shared.ts"
+import { businessId, createdAt, elementsOf, household, householdId, numbered, ordinal, versionFrom } from "./Shared.ts"
 
 const ofContract = (what: string) => elementsOf(what, "annuity_contracts")
 
@@ -9,6 +9,7 @@ export const annuityContracts = define<Models.AnnuityContract>({
   table: "annuity_contracts",
   comment: "Annuity contracts (spec §2.5): financial terms and values only, numbers masked.",
   schema: Models.AnnuityContract,
+  other: versionFrom("annuity_contracts"),
   fields: {
     carrier_key: column("text", "The carrier's key."),
     carrier_name: column("text", "The carrier's name."),

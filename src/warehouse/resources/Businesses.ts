@@ -10,13 +10,15 @@ import {
   numbered,
   phoneColumns,
   tagColumns,
-  tagRow
+  tagRow,
+  versionFrom
 } from "./Shared.ts"
 
 export const businesses = define<Models.Business>({
   table: "businesses",
   comment: "Businesses (spec §2.3), polled with updated_since.",
   schema: Models.Business,
+  other: versionFrom("businesses"),
   fields: {
     book_id: bookId,
     name: column("text", "The business's name."),

@@ -6,7 +6,7 @@
  */
 import * as Models from "../../crm/Models.ts"
 import { column, define, table } from "./Declaration.ts"
-import { bookId } from "./Shared.ts"
+import { bookId, versionFrom } from "./Shared.ts"
 
 export const clients = define<Models.Client>({
   table: "clients",
@@ -22,6 +22,7 @@ export const clients = define<Models.Client>({
     type: column("text", "The record kind (for a client, client).")
   },
   other: {
+    ...versionFrom("clients"),
     field_signed_at: column(
       "jsonb",
       "Per field of raw, the first signed time (hook-timestamp, ISO 8601) of the client.updated that last wrote it: a delivery writes a field it names in changed_fields only when its time is not older than the one held here. Fields absent here were filled from a snapshot that did not name them (a client.created, or an update naming other fields) and take the next update that names them. Null while only a client.created was applied."

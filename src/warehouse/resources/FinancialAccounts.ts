@@ -1,12 +1,13 @@
 /** Financial accounts (spec §2.5a): balances in cents, numbers masked. */
 import * as Models from "../../crm/Models.ts"
 import { column, define } from "./Declaration.ts"
-import { bookId, createdAt, household, householdId } from "./Shared.ts"
+import { bookId, createdAt, household, householdId, versionFrom } from "./Shared.ts"
 
 export const financialAccounts = define<Models.FinancialAccount>({
   table: "financial_accounts",
   comment: "Financial accounts (spec §2.5a): balances in cents, numbers masked.",
   schema: Models.FinancialAccount,
+  other: versionFrom("financial_accounts"),
   fields: {
     name: column("text", "The account's name."),
     institution_name: column("text", "The institution holding the account."),

@@ -5,6 +5,7 @@
  */
 import * as Models from "../../crm/Models.ts"
 import { column, define } from "./Declaration.ts"
+import { versionFrom } from "./Shared.ts"
 
 export const users = define<Models.User>({
   table: "users",
@@ -33,5 +34,6 @@ export const households = define<Models.Household>({
     "Households whose ids were seen in events, meetings, notes, tasks, placements and accounts (no household endpoint exists).",
   kind: "reference",
   schema: Models.Household,
-  fields: { name: column("text", "The household's name, when a sighting carried one.") }
+  fields: { name: column("text", "The household's name, when a sighting carried one.") },
+  other: versionFrom("households")
 })

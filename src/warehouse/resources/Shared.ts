@@ -26,6 +26,14 @@ export const isHousehold = (type: string | null | undefined): boolean => type?.t
 export const household = (id: string | null, name: string | null = null): ReadonlyArray<Sighting> =>
   id === null || id === "" ? [] : [{ resource: "households", record: known({ id, name }) }]
 
+/** The start of the row's current version (migration 0028: the history keeps only the ended ones). */
+export const versionFrom = (table: string) => ({
+  version_from: column(
+    "timestamptz",
+    `When the row's current version began (its valid_from in crm_history.${table}); null until the row is first updated, the version then beginning at deleted_at for a tombstone, else updated_at, else synced_at.`
+  )
+})
+
 export const bookId = column("text", "The book (advisor workspace) the record belongs to: books.id.")
 export const createdAt = column("timestamptz", "When the record was created, as the CRM reports it.")
 export const householdId = (options: { readonly notNull?: boolean } = {}) =>
