@@ -1,31 +1,41 @@
 /**
  * History benchmark: `npm run bench -- history [--quick] [--no-docs]` (`--accounts N` to choose).
  *
- * What the history (crm_history, docs/history.md) costs the warehouse's writes, with history on and
- * off in the same run, each in a fresh database on one embedded PostgreSQL:
- * - a crawl of N financial accounts as the crawl writes it (`Warehouse.write` of pages of 100,
- *   ten pages a transaction, a `KnownReferences` ledger), records written per second; then a second
- *   crawl in which 10% of the accounts changed, which must add exactly N/10 versions;
- * - client events applied per second (`Warehouse.writeClients`, batches of 100 deliveries, the
- *   event processor's batch write);
+ * What the history (crm_history, docs/history.md) costs, with history on and off in the same run,
+ * each in a fresh database on one embedded PostgreSQL:
+ * - client events applied per second by the real `EventProcessor`: E `client.updated` deliveries
+ *   (1,000 clients, each delivery a new `tier`, signed times increasing) stored in the webhook inbox
+ *   as the intake stores them (`WebhookInbox.insert`, rows of a fixed-type endpoint), then drained
+ *   (`processor.drain`, batches of 500, two at a time); checked: every client ends at its last tier;
+ * - the warehouse's writes alone: a crawl of N financial accounts as the crawl writes it
+ *   (`Warehouse.write` of pages of 100, ten pages a transaction, a `KnownReferences` ledger),
+ *   records written per second; then a second crawl in which 10% of the accounts changed, which
+ *   must add exactly N/10 versions; and `Warehouse.writeClients` in batches of 100 deliveries
+ *   (the processor's batch write without the inbox and the decoding), to show where its cost goes;
  * - as-of reads on a history of N accounts × 30 daily versions (made with SQL, day after day as
  *   the warehouse appends them): one household's daily balances over a year, and every account at
  *   one date (with the indexes its plan reads).
- * The CRM side (HTTP, decoding pages) is left out: it costs the same either way, and crawl.ts
- * measures it. Targets: on ≥ 90% of off for both rates, household year ≤ 50 ms, all accounts at
- * one date ≤ 2 s. Figures go into docs/history.md between the `bench:history` markers.
+ * The crawl's CRM side (HTTP, decoding pages) is left out here: crawl.ts backfills from the sandbox
+ * with history off and on. Targets: on ≥ 90% of off for the crawl and for the events the processor
+ * applies, household year ≤ 50 ms, all accounts at one date ≤ 2 s. Figures go into docs/history.md between the `bench:history` markers.
  */
 import { PgClient } from "@effect/sql-pg"
 import { Effect, Layer, Redacted } from "effect"
+import { randomBytes } from "node:crypto"
+import { readFileSync } from "node:fs"
 import { Reactivity } from "effect/reactivity"
 import { SqlClient } from "effect/sql/SqlClient"
 import { mkdtempSync, rmSync } from "node:fs"
+import { AppConfig } from "../../src/config/AppConfig.ts"
 import { availableParallelism, tmpdir } from "node:os"
 import { join } from "node:path"
 import { acquireEmbeddedDatabase } from "../../src/warehouse/EmbeddedDatabase.ts"
 import { HistorySettings } from "../../src/warehouse/History.ts"
 import { migrate } from "../../src/warehouse/Migrations.ts"
 import { combine, KnownReferences, prepare, Warehouse } from "../../src/warehouse/Warehouse.ts"
+import { EventProcessor } from "../../src/webhooks/EventProcessor.ts"
+import { TranscriptReader } from "../../src/webhooks/TranscriptReader.ts"
+import { type InboxRow, WebhookInbox } from "../../src/webhooks/WebhookInbox.ts"
 import { recordFigures } from "./figures.ts"
 
 const argument = (name: string) => {
@@ -38,6 +48,9 @@ const QUICK = process.argv.includes("--quick")
 const READS_ONLY = process.argv.includes("--reads-only")
 const ACCOUNTS = Number(argument("--accounts") ?? (QUICK ? 20_000 : 1_000_000))
 const EVENTS = Math.min(ACCOUNTS, QUICK ? 10_000 : 100_000)
+/** `client.updated` deliveries the EventProcessor drains (`--deliveries N` to choose). */
+const DELIVERIES = Number(argument("--deliveries") ?? (QUICK ? 5_000 : 20_000))
+const CLIENTS = 1_000
 const PAGE = 100
 const PAGES_PER_WRITE = 10
 const DAYS = 30
@@ -129,6 +142,130 @@ const versions = Effect.gen(function* () {
   const [row] = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM crm_history.financial_accounts`
   return row?.n ?? 0
 })
+
+// ---------------------------------------------------------------------------------------------
+// Client events through the EventProcessor
+// ---------------------------------------------------------------------------------------------
+
+/** client.updated carries no event_type (spec §6.3): it arrives on an endpoint of that fixed type. */
+const ENDPOINT = "client-updated"
+const processorConfig = AppConfig.layerFrom({
+  webhooks: {
+    endpoints: [
+      { name: ENDPOINT, secrets: [`whsec_${randomBytes(24).toString("base64")}`], event_type: "client.updated" }
+    ]
+  }
+})
+
+const NoTranscripts = Layer.succeed(
+  TranscriptReader,
+  TranscriptReader.of({ read: (_endpoint, meetingId) => Effect.succeed({ meeting_id: meetingId, transcript: null }) })
+)
+
+const clientUpdated = JSON.parse(
+  readFileSync(new URL("../fixtures/events/client.updated.json", import.meta.url), "utf8")
+) as { readonly client: Record<string, unknown> } & Record<string, unknown>
+
+/** `set` tells the warm-up's deliveries (and clients) from the measured ones. */
+const clientId = (set: string, i: number) => `cli_${set}${pad(i % CLIENTS)}`
+const tierOf = (i: number) => `tier ${i}`
+
+/** Delivery `i` as the intake stores it: client i % CLIENTS gets tier i, signed i seconds after the first. */
+const inboxRow = (set: string, i: number): InboxRow => ({
+  hookId: `msg_${set}${pad(i)}`,
+  endpoint: ENDPOINT,
+  eventType: "client.updated",
+  body: new TextEncoder().encode(
+    JSON.stringify({
+      ...clientUpdated,
+      client: { ...clientUpdated.client, id: clientId(set, i), tier: tierOf(i) },
+      changed_fields: ["tier"]
+    })
+  ),
+  // A hook-timestamp counts whole seconds.
+  signedAt: Date.UTC(2026, 0, 1) + i * 1000,
+  status: "pending",
+  error: null
+})
+
+/** The intake's largest group-commit INSERT (InboxWriter's `maxBatch`). */
+const INBOX_BATCH = 512
+
+/** Deliveries drained before the measured ones, untimed, so that neither run pays for warming up. */
+const WARM_UP = 1_000
+
+/** `count` deliveries of `set` in the inbox, as the intake's group commits store them. */
+const fillInbox = Effect.fnUntraced(function* (set: string, count: number) {
+  const inbox = yield* WebhookInbox
+  for (let first = 0; first < count; first += INBOX_BATCH) {
+    const rows = []
+    for (let i = first; i < Math.min(count, first + INBOX_BATCH); i++) rows.push(inboxRow(set, i))
+    yield* inbox.insert(rows)
+  }
+})
+
+const clientVersions = Effect.gen(function* () {
+  const sql = yield* SqlClient
+  const [row] = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM crm_history.clients`
+  return row?.n ?? 0
+})
+
+/** DELIVERIES rows in the inbox, then drained by the EventProcessor; only that drain is timed. */
+const processedEvents = Effect.fnUntraced(function* (history: boolean) {
+  const sql = yield* SqlClient
+  const processor = yield* EventProcessor
+  yield* fillInbox("warm_", WARM_UP)
+  yield* processor.drain
+  yield* fillInbox("", DELIVERIES)
+  const before = yield* clientVersions
+  const started = performance.now()
+  const drained = yield* processor.drain
+  const seconds = (performance.now() - started) / 1000
+  // Every client must end at the tier of its last delivery, history or not.
+  const clients = yield* sql<{ id: string; tier: string | null }>`SELECT id, tier FROM crm.clients`
+  const tiers = new Map(clients.map((client) => [client.id, client.tier]))
+  let wrong = 0
+  for (let c = 0; c < Math.min(CLIENTS, DELIVERIES); c++) {
+    const last = c + CLIENTS * Math.floor((DELIVERIES - 1 - c) / CLIENTS)
+    if (tiers.get(clientId("", c)) !== tierOf(last)) wrong++
+  }
+  const versions = (yield* clientVersions) - before
+  if (drained.processed !== DELIVERIES || wrong > 0 || (!history && versions > 0)) {
+    return yield* Effect.die(
+      new Error(
+        `the processor processed ${drained.processed} of ${DELIVERIES} deliveries (${drained.unhandled} unhandled, ${drained.dead} dead, ${drained.failed} failed); ${wrong} clients not at their last tier; ${versions} versions kept`
+      )
+    )
+  }
+  return { seconds, versions }
+})
+
+/** Rounds of the processor's drain, off and on alternately, each in a fresh database; the best counts. */
+const ROUNDS = 2
+
+type ProcessorFigures = Effect.Success<ReturnType<typeof processedEvents>>
+
+const events = (adminUrl: string, history: boolean, round: number) =>
+  Effect.scoped(
+    Effect.gen(function* () {
+      const figures = yield* processedEvents(history)
+      console.error(
+        `history ${history ? "on" : "off"}: the EventProcessor applied ${DELIVERIES.toLocaleString("en-US")} client.updated deliveries at ${number(DELIVERIES / figures.seconds)}/s (${figures.versions} versions)`
+      )
+      return figures
+    }).pipe(
+      Effect.provide(
+        EventProcessor.layerWith({ workerId: "bench", batchSize: 500 }).pipe(
+          Layer.provideMerge(Layer.mergeAll(WebhookInbox.layer, NoTranscripts, processorConfig)),
+          Layer.provideMerge(database(adminUrl, `bench_history_events_${history ? "on" : "off"}_${round}`, history))
+        )
+      )
+    )
+  )
+
+// ---------------------------------------------------------------------------------------------
+// The warehouse's writes alone
+// ---------------------------------------------------------------------------------------------
 
 interface WriteFigures {
   readonly crawlSeconds: number
@@ -232,10 +369,16 @@ const main = Effect.gen(function* () {
   yield* Effect.addFinalizer(() => Effect.sync(() => rmSync(folder, { recursive: true, force: true })))
   const server = yield* acquireEmbeddedDatabase(folder)
   const adminUrl = Redacted.value(server.url)
+  const processorOff: Array<ProcessorFigures> = []
+  const processorOn: Array<ProcessorFigures> = []
+  for (let round = 0; round < (READS_ONLY ? 0 : ROUNDS); round++) {
+    processorOff.push(yield* events(adminUrl, false, round))
+    processorOn.push(yield* events(adminUrl, true, round))
+  }
   const off = READS_ONLY ? undefined : yield* writes(adminUrl, false)
   const on = READS_ONLY ? undefined : yield* writes(adminUrl, true)
   const timings = yield* reads(adminUrl)
-  return { off, on, timings }
+  return { processor: { off: processorOff, on: processorOn }, off, on, timings }
 })
 
 const number = (n: number) => Math.round(n).toLocaleString("en-US")
@@ -250,7 +393,7 @@ const readsLine = (timings: {
 const rate = (n: number, seconds: number) => n / seconds
 const share = (a: number, b: number) => `${Math.round((a / b) * 100)}%`
 const met = (ok: boolean) => (ok ? "met" : "**not met**")
-const report = ({ off, on, timings }: Effect.Success<typeof main>) => {
+const report = ({ processor, off, on, timings }: Effect.Success<typeof main>) => {
   if (off === undefined || on === undefined) {
     return [
       `Measured ${new Date().toISOString().slice(0, 10)} on this machine (${availableParallelism()} CPUs), embedded PostgreSQL, \`npm run bench -- history --reads-only\`:`,
@@ -264,17 +407,22 @@ const report = ({ off, on, timings }: Effect.Success<typeof main>) => {
   const recrawlOn = rate(ACCOUNTS, on.recrawlSeconds)
   const eventsOff = rate(EVENTS, off.eventsSeconds)
   const eventsOn = rate(EVENTS, on.eventsSeconds)
+  const appliedRates = (runs: ReadonlyArray<ProcessorFigures>) => runs.map((run) => rate(DELIVERIES, run.seconds))
+  const appliedOff = Math.max(...appliedRates(processor.off))
+  const appliedOn = Math.max(...appliedRates(processor.on))
+  const versionsKept = (runs: ReadonlyArray<ProcessorFigures>) => runs.map((run) => number(run.versions)).join(" and ")
   return [
-    `Measured ${new Date().toISOString().slice(0, 10)} on this machine (${availableParallelism()} CPUs), embedded PostgreSQL, \`npm run bench -- history${QUICK ? " --quick" : ""}\` (the warehouse's writes only: no HTTP, no decoding of pages):`,
+    `Measured ${new Date().toISOString().slice(0, 10)} on this machine (${availableParallelism()} CPUs), embedded PostgreSQL, \`npm run bench -- history${QUICK ? " --quick" : ""}\`, history off then on, each in a fresh database:`,
     "",
     "| | history off | history on | on ÷ off |",
     "|---|---|---|---|",
-    `| crawl of ${number(ACCOUNTS)} accounts (records/s) | ${number(crawlOff)} | ${number(crawlOn)} | ${share(crawlOn, crawlOff)} |`,
-    `| second crawl, 10% changed (records/s) | ${number(recrawlOff)} | ${number(recrawlOn)} | ${share(recrawlOn, recrawlOff)} |`,
-    `| client events applied (/s, ${number(EVENTS)} in batches of ${PAGE}) | ${number(eventsOff)} | ${number(eventsOn)} | ${share(eventsOn, eventsOff)} |`,
+    `| events applied by the EventProcessor (/s) | ${number(appliedOff)} | ${number(appliedOn)} | ${share(appliedOn, appliedOff)} |`,
+    `| writes alone: crawl of ${number(ACCOUNTS)} accounts (/s) | ${number(crawlOff)} | ${number(crawlOn)} | ${share(crawlOn, crawlOff)} |`,
+    `| writes alone: second crawl, 10% changed (/s) | ${number(recrawlOff)} | ${number(recrawlOn)} | ${share(recrawlOn, recrawlOff)} |`,
+    `| writes alone: \`writeClients\`, ${number(EVENTS)} events (/s) | ${number(eventsOff)} | ${number(eventsOn)} | ${share(eventsOn, eventsOff)} |`,
     "",
-    `The second crawl added ${number(on.added)} versions (expected ${number(ACCOUNTS / 10)}: ${met(on.added === ACCOUNTS / 10)}).`,
-    `Crawl with history ≥ 90% of without: ${met(crawlOn >= 0.9 * crawlOff)}; events: ${met(eventsOn >= 0.9 * eventsOff)}.`,
+    `EventProcessor: ${number(DELIVERIES)} \`client.updated\` to ${number(CLIENTS)} clients drained from the inbox after a warm-up; best of ${ROUNDS} rounds, off and on alternately; every client ended at its last tier; history on kept ${versionsKept(processor.on)} versions. Writes alone: the warehouse's batch writes, without HTTP, decoding or the inbox (crawl.ts has the whole backfill). The second crawl added ${number(on.added)} versions (expected ${number(ACCOUNTS / 10)}: ${met(on.added === ACCOUNTS / 10)}).`,
+    `History on ≥ 90% of off: events (EventProcessor) ${met(appliedOn >= 0.9 * appliedOff)}; crawl (writes alone) ${met(crawlOn >= 0.9 * crawlOff)}.`,
     "",
     readsLine(timings)
   ].join("\n")
