@@ -52,6 +52,9 @@ BEGIN
       WHERE is_current$q$, t);
 
     EXECUTE format('ALTER TABLE crm_history.%I RENAME TO %I', t, t || '_ended');
+    -- Fewer indexes to write per version: retention and status (versions ended in the last day)
+    -- read the BRIN index on valid_to (0026), so the btree on valid_to and the BRIN on synced_at go.
+    EXECUTE format('DROP INDEX crm_history.%I, crm_history.%I', t || '_closed', t || '_synced');
     EXECUTE format('ALTER TABLE crm_history.%I DROP COLUMN is_current, ALTER COLUMN valid_to SET NOT NULL', t || '_ended');
 
     -- The record's columns of a version, in the table's order: from the row, or (a child list) from its raw.
@@ -72,6 +75,7 @@ BEGIN
       CREATE FUNCTION crm_history.%1$I() RETURNS trigger LANGUAGE plpgsql AS $body$
       DECLARE
         previous timestamptz := COALESCE(OLD.version_from, CASE WHEN OLD.deleted_at IS NOT NULL THEN OLD.deleted_at ELSE COALESCE(OLD.updated_at, OLD.synced_at) END);
+        off text;
       BEGIN
         IF (OLD.deleted_at IS NULL) = (NEW.deleted_at IS NULL)
            AND (NEW.deleted_at IS NOT NULL OR OLD.raw IS NOT DISTINCT FROM NEW.raw) THEN
@@ -85,7 +89,14 @@ BEGIN
             ELSE COALESCE(NEW.updated_at, now())
           END,
           previous + interval '1 microsecond');
-        IF COALESCE((SELECT s.kept FROM crm_sync.history_settings AS s WHERE s.resource = %2$L), true) THEN
+        -- The resources whose history is off, read once a transaction (a setting of its own).
+        off := current_setting('crm_sync.history_off', true);
+        IF off IS NULL OR off = '' THEN
+          SELECT ',' || COALESCE(string_agg(s.resource, ','), '') || ',' INTO off
+          FROM crm_sync.history_settings AS s WHERE NOT s.kept;
+          PERFORM set_config('crm_sync.history_off', off, true);
+        END IF;
+        IF position(%2$L IN off) = 0 THEN
           INSERT INTO crm_history.%3$I (id, valid_from, valid_to, deleted, %4$s, updated_at, raw, content_hash, source, synced_at%5$s)
           VALUES (OLD.id, previous, NEW.version_from, OLD.deleted_at IS NOT NULL, %6$s, OLD.updated_at, OLD.raw,
                   md5(OLD.raw::text), OLD.source, OLD.synced_at%7$s);
@@ -93,7 +104,7 @@ BEGIN
         RETURN NEW;
       END
       $body$ $f$,
-      t || '_version_ends', t, t || '_ended', record_columns,
+      t || '_version_ends', ',' || t || ',', t || '_ended', record_columns,
       CASE WHEN t = 'clients' THEN ', field_signed_at' ELSE '' END,
       old_values,
       CASE WHEN t = 'clients' THEN ', OLD.field_signed_at' ELSE '' END);
@@ -147,11 +158,6 @@ BEGIN
       'true for the latest version (valid_to NULL): the row of crm.' || t || '.');
     EXECUTE format('COMMENT ON FUNCTION crm_history.%I(timestamptz) IS %L', t || '_as_of', format(
       'The %s as they stood at the given moment (the version valid then; deleted ones left out).', replace(t, '_', ' ')));
-    -- When each version ended, for the history's growth per day (status, plan).
-    EXECUTE format('ALTER TABLE crm_history.%I ADD COLUMN ended_at timestamptz NOT NULL DEFAULT now()', t || '_ended');
-    EXECUTE format('COMMENT ON COLUMN crm_history.%I.ended_at IS %L', t || '_ended',
-      'When crm-sync ended this version (the update of the row that replaced it); for versions that ended before migration 0028, the time of that migration.');
-    EXECUTE format('CREATE INDEX %I ON crm_history.%I USING brin (ended_at)', t || '_ended_at', t || '_ended');
   END LOOP;
 END
 $$;

@@ -43,7 +43,7 @@ export interface ResourceStatus {
   readonly deleted: number
   readonly last_sync: string | null
   readonly cursor: string | null
-  /** Resources with a history (crm_history): its versions, and those written in the last day. */
+  /** Resources with a history (crm_history): its versions, and those that ended in the last day (its growth). */
   readonly history?: { readonly versions: number; readonly last_day: number }
 }
 

@@ -97,7 +97,7 @@ export const plan = (input: { readonly json: boolean }) =>
     const { planReport, renderPlan } = yield* Effect.promise(planModule)
     const plans = yield* planReport(yield* AppConfig)
     const { historyStats } = yield* Effect.promise(historyModule)
-    // The history's growth: versions written in the last day, per resource (docs/history.md).
+    // The history's growth: versions that ended in the last day, per resource (docs/history.md).
     const history = Object.fromEntries((yield* historyStats).map((row) => [row.resource, row.last_day]))
     yield* Console.log(
       input.json
@@ -106,7 +106,7 @@ export const plan = (input: { readonly json: boolean }) =>
             connections: plans,
             history_versions_per_day: history
           })
-        : `${renderPlan(plans)}\nhistory: versions written in the last day: ${Object.entries(history)
+        : `${renderPlan(plans)}\nhistory: versions ended in the last day: ${Object.entries(history)
             .map(([resource, n]) => `${resource} ${n}`)
             .join(", ")}`
     )

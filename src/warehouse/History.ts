@@ -186,8 +186,8 @@ export const prune = (sql: SqlClient) =>
           `WITH gone AS (
   DELETE FROM ${h} WHERE ctid IN (
     SELECT ctid FROM ${h}
-    WHERE "valid_to" < now() - $1::float8 * interval '1 millisecond'
-    ORDER BY "valid_to" LIMIT ${PRUNE_SLICE})
+    WHERE coalesce("valid_to", 'infinity'::timestamptz) < now() - $1::float8 * interval '1 millisecond'
+    LIMIT ${PRUNE_SLICE})
   RETURNING 1)
 SELECT count(*)::int AS n FROM gone`,
           [Duration.toMillis(retention)]
@@ -215,8 +215,8 @@ const rowsOf = Effect.fnUntraced(function* (sql: SqlClient, table: string) {
 
 /**
  * Each history's versions (its ended ones and its current rows; estimates beyond COUNTED_UP_TO, so
- * that the status page stays cheap on a large history) and how many ended in the last day: the
- * history's growth (each change ends one version).
+ * that the status page stays cheap on a large history) and how many ended in the last day (by
+ * `valid_to`, the CRM's clock): the history's growth (each change ends one version).
  */
 export const historyStats = Effect.gen(function* () {
   const sql = yield* SqlClient
@@ -224,7 +224,8 @@ export const historyStats = Effect.gen(function* () {
   for (const resource of HistoryResources) {
     const ended = `crm_history.${quote(`${resource}_ended`)}`
     const [row] = yield* sql.unsafe<{ last_day: number }>(
-      `SELECT count(*)::int AS last_day FROM ${ended} WHERE "ended_at" > now() - interval '1 day'`
+      `SELECT count(*)::int AS last_day FROM ${ended}
+WHERE coalesce("valid_to", 'infinity'::timestamptz) > now() - interval '1 day'`
     )
     const versions = (yield* rowsOf(sql, ended)) + (yield* rowsOf(sql, `crm.${quote(resource)}`))
     stats.push({ resource, versions, last_day: row?.last_day ?? 0 })

@@ -206,7 +206,7 @@ const fillInbox = Effect.fnUntraced(function* (set: string, count: number) {
 
 const clientVersions = Effect.gen(function* () {
   const sql = yield* SqlClient
-  const [row] = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM crm_history.clients`
+  const [row] = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM crm_history.clients_ended`
   return row?.n ?? 0
 })
 
@@ -241,7 +241,7 @@ const processedEvents = Effect.fnUntraced(function* (history: boolean) {
 })
 
 /** Rounds of the processor's drain, off and on alternately, each in a fresh database; the best counts. */
-const ROUNDS = 2
+const ROUNDS = 3
 
 type ProcessorFigures = Effect.Success<ReturnType<typeof processedEvents>>
 

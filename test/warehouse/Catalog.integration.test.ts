@@ -54,7 +54,7 @@ layer(TestDatabase, { timeout: 60_000, excludeTestServices: true })("the warehou
         columns.find((row) => row.table_name === table && row.column_name === column)?.comment ?? ""
       assert.include(comment("financial_accounts", "valid_to"), "NULL for the current version")
       assert.include(comment("financial_accounts", "is_current"), "the row of crm.financial_accounts")
-      assert.include(comment("financial_accounts_ended", "ended_at"), "When crm-sync ended this version")
+      assert.include(comment("financial_accounts_ended", "valid_to"), "When the next version took effect")
       assert.include(comment("financial_accounts", "balance_in_cents"), "cents")
       assert.include(comment("annuity_contracts", "values"), "values")
     })

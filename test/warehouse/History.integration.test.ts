@@ -249,14 +249,17 @@ layer(TestWarehouse)("History", (it) => {
     Effect.gen(function* () {
       const warehouse = yield* Warehouse
       const sql = yield* SqlClient
-      yield* warehouse.upsert("financial_accounts", [account("fa_stats", "2026-05-01T00:00:00Z", 1)], {
+      const now = Date.now()
+      const hoursAgo = (hours: number) => new Date(now - hours * 3_600_000).toISOString()
+      yield* warehouse.upsert("financial_accounts", [account("fa_stats", hoursAgo(3), 1)], {
         source: "crawl"
       })
-      yield* warehouse.upsert("financial_accounts", [account("fa_stats", "2026-05-02T00:00:00Z", 2)], {
+      yield* warehouse.upsert("financial_accounts", [account("fa_stats", hoursAgo(2), 2)], {
         source: "crawl"
       })
       const [count] = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM crm_history.financial_accounts`
-      const [ended] = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM crm_history.financial_accounts_ended`
+      const [ended] = yield* sql<{ n: number }>`
+        SELECT count(*)::int AS n FROM crm_history.financial_accounts_ended WHERE valid_to > now() - interval '1 day'`
       const stats = yield* historyStats
       const accounts = stats.find((row) => row.resource === "financial_accounts")
       assert.strictEqual(accounts?.versions, count?.n)
