@@ -2,8 +2,8 @@
  * The warehouse's entity-relationship diagram, generated from the table declarations
  * (src/warehouse/resources/, listed by `Declarations` in src/warehouse/Tables.ts): every table of
  * schema `crm` with its key and reference columns (the others are left out), each foreign key as
- * a relationship; and each history table of schema `crm_history` (`history_<resource>`) with its
- * key and interval. What a table and each column hold is in their `COMMENT`s, shown by psql
+ * a relationship; and each table of ended versions of schema `crm_history`
+ * (`history_<resource>_ended`; the current version is the row) with its key and interval. What a table and each column hold is in their `COMMENT`s, shown by psql
  * (`\dt+ crm.*`, `\d+`), dbt and BI tools, so the page does not repeat them. `npm run docs:erd`
  * writes it into docs/warehouse.md between its `erd` markers; test/warehouse/Erd.test.ts fails
  * when the two differ, and test/warehouse/Declarations.integration.test.ts when the declarations
@@ -49,11 +49,11 @@ export const renderErd = (
     }
     lines.push("  }")
   }
-  // Schema crm_history: each resource's versions (docs/history.md), the record's columns and these.
+  // Schema crm_history: each resource's ended versions (docs/history.md), the record's columns and these.
   for (const resource of history) {
-    lines.push(`  ${resource} ||--o{ history_${resource} : "versions"`)
-    lines.push(`  history_${resource} {`)
-    lines.push("    text id PK", "    timestamptz valid_from PK", "    timestamptz valid_to", "    boolean is_current")
+    lines.push(`  ${resource} ||--o{ history_${resource}_ended : "ended versions"`)
+    lines.push(`  history_${resource}_ended {`)
+    lines.push("    text id PK", "    timestamptz valid_from PK", "    timestamptz valid_to")
     lines.push("  }")
   }
   lines.push("```")

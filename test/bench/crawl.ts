@@ -368,7 +368,7 @@ const report = (results: ReadonlyArray<Figures>) => {
     "|---|---|---|---|---|---|---|---|",
     ...rows,
     "",
-    `CPU per record is each process's CPU time (user + system, from \`/proc\`) during the backfill, divided by the records written. With every core busy all the time, ${cores} cores would write at most ${ceiling.join(", ")}: this machine's ceiling at these costs. The reference workload, timed before each run with nothing else running, is the same code every time (the sandbox generating and serializing ${number(REFERENCE_RECORDS)} financial accounts, one core, µs a record): it moves only with the machine's speed, so compare runs only at similar references.`,
+    `CPU per record: each process's CPU time (user + system, \`/proc\`) over the records written; at these costs ${cores} busy cores write at most ${ceiling.join(", ")}. The reference workload (the sandbox serializing ${number(REFERENCE_RECORDS)} financial accounts on one core, timed before each run, µs a record) moves only with the machine's speed: compare runs at similar references.`,
     "",
     `History on ≥ 90% of off (${shares.join(", ")}): ${historyCheap ? "met" : "**not met**"}. History on, target ≥ 20,000 records/s: ${fastEnough ? "met" : "**not met**"}; peak memory ≤ 512 MB and flat in the record count: ${bounded ? "met" : "**not met**"} (${growth >= 0 ? "+" : ""}${growth} MB from the smallest to the largest run).`
   ].join("\n")

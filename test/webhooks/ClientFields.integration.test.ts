@@ -72,11 +72,14 @@ const drain = Effect.gen(function* () {
   return yield* processor.drain
 })
 
+/** A client's row, without `version_from` (when its history's current version began). */
 const client = (id: string) =>
   Effect.gen(function* () {
     const sql = yield* SqlClient
     const rows = yield* sql<Record<string, any>>`SELECT * FROM crm.clients WHERE id = ${id}`
-    return rows[0]
+    const row = rows[0]
+    if (row !== undefined) delete row["version_from"]
+    return row
   })
 
 /** The operator's query of docs/decisions.md (client snapshots: what stays ambiguous). */
