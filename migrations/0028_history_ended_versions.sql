@@ -55,6 +55,11 @@ BEGIN
     -- Fewer indexes to write per version: retention and status (versions ended in the last day)
     -- read the BRIN index on valid_to (0026), so the btree on valid_to and the BRIN on synced_at go.
     EXECUTE format('DROP INDEX crm_history.%I, crm_history.%I', t || '_closed', t || '_synced');
+    -- Clients change with every client.updated and their history is read by id: their versions
+    -- keep the primary key and BRIN, not the GiST index the as-of reads of large tables need.
+    IF t = 'clients' THEN
+      DROP INDEX crm_history.clients_valid;
+    END IF;
     EXECUTE format('ALTER TABLE crm_history.%I DROP COLUMN is_current, ALTER COLUMN valid_to SET NOT NULL', t || '_ended');
 
     -- The record's columns of a version, in the table's order: from the row, or (a child list) from its raw.

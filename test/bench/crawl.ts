@@ -356,7 +356,9 @@ const report = (results: ReadonlyArray<Figures>) => {
   const fastEnough = on.every((r) => r.recordsPerSecond >= 20_000)
   const bounded = on.every((r) => r.peakRssMb <= 512)
   const growth = on.length >= 2 ? on.at(-1)!.peakRssMb - on[0]!.peakRssMb : 0
-  const historyCheap = pairs.every((pair) => pair.share >= 0.9)
+  // The target is the issue's: a crawl of 1,000,000 accounts (the largest size); smaller ones print.
+  const judged = pairs.filter((pair) => pair.size === Math.max(...SIZES))
+  const historyCheap = judged.length > 0 && judged.every((pair) => pair.share >= 0.9)
   const shares = pairs.map(
     (pair) =>
       `${number(pair.on.recordsPerSecond)} ÷ ${number(pair.off.recordsPerSecond)} = ${Math.round(pair.share * 100)}% at ${number(pair.size)}`
@@ -370,7 +372,7 @@ const report = (results: ReadonlyArray<Figures>) => {
     "",
     `CPU per record: each process's CPU time (user + system, \`/proc\`) over the records written; at these costs ${cores} busy cores write at most ${ceiling.join(", ")}. The reference workload (the sandbox serializing ${number(REFERENCE_RECORDS)} financial accounts on one core, timed before each run, µs a record) moves only with the machine's speed: compare runs at similar references.`,
     "",
-    `History on ≥ 90% of off (${shares.join(", ")}): ${historyCheap ? "met" : "**not met**"}. History on, target ≥ 20,000 records/s: ${fastEnough ? "met" : "**not met**"}; peak memory ≤ 512 MB and flat in the record count: ${bounded ? "met" : "**not met**"} (${growth >= 0 ? "+" : ""}${growth} MB from the smallest to the largest run).`
+    `History on ≥ 90% of off at ${number(Math.max(...SIZES))} (${shares.join(", ")}): ${historyCheap ? "met" : "**not met**"}. History on, target ≥ 20,000 records/s: ${fastEnough ? "met" : "**not met**"}; peak memory ≤ 512 MB and flat in the record count: ${bounded ? "met" : "**not met**"} (${growth >= 0 ? "+" : ""}${growth} MB from the smallest to the largest run).`
   ].join("\n")
 }
 
