@@ -60,6 +60,15 @@ const business = (updatedAt: string, name: string) => ({
   name
 })
 
+/** The names of business bus_h's versions, oldest first. */
+const businessNames = Effect.gen(function* () {
+  const sql = yield* SqlClient
+  const rows = yield* sql<{
+    name: string
+  }>`SELECT name FROM crm_history.businesses WHERE id = 'bus_h' ORDER BY valid_from`
+  return rows.map((row) => row.name)
+})
+
 const withHousehold = (id: string, name: string | null) =>
   account(id, "2026-01-01T00:00:00Z", 1, { household_id: "hh_h", name })
 
@@ -187,12 +196,7 @@ layer(TestWarehouse)("History", (it) => {
       yield* warehouse.upsert("businesses", [business("2026-01-01T00:00:00Z", "A")], { source: "poll" })
       yield* warehouse.upsert("businesses", [business("2026-01-02T00:00:00Z", "B")], { source: "poll" })
       yield* warehouse.upsert("businesses", [business("2026-01-02T00:00:00Z", "B")], { source: "poll" })
-      const names = yield* sql<{ name: string }>`
-        SELECT name FROM crm_history.businesses WHERE id = 'bus_h' ORDER BY valid_from`
-      assert.deepStrictEqual(
-        names.map((row) => row.name),
-        ["A", "B"]
-      )
+      assert.deepStrictEqual(yield* businessNames, ["A", "B"])
       // A household is seen inside an account; a sighting that adds nothing adds no version.
       yield* warehouse.upsert("financial_accounts", [withHousehold("fa_hh1", "Smith")], { source: "crawl" })
       yield* warehouse.upsert("financial_accounts", [withHousehold("fa_hh2", "Smith")], { source: "crawl" })
@@ -336,14 +340,7 @@ layer(
       assert.deepStrictEqual(yield* balances("fa_off"), ["2"])
       yield* warehouse.upsert("businesses", [business("2026-01-01T00:00:00Z", "A")], { source: "poll" })
       yield* warehouse.upsert("businesses", [business("2026-01-02T00:00:00Z", "B")], { source: "poll" })
-      const sql = yield* SqlClient
-      const names = yield* sql<{
-        name: string
-      }>`SELECT name FROM crm_history.businesses WHERE id = 'bus_h' ORDER BY valid_from`
-      assert.deepStrictEqual(
-        names.map((row) => row.name),
-        ["A", "B"]
-      )
+      assert.deepStrictEqual(yield* businessNames, ["A", "B"])
     })
   )
 })
