@@ -63,8 +63,8 @@ const versionColumns = (table: AnyTable) => {
 /** The columns of a version in `crm_history.<table>_ended`, as the trigger writes them. */
 const endedColumns = (table: AnyTable) => {
   const { typed, lists } = versionColumns(table)
-  return ["id", "valid_from", "valid_to", "deleted", ...typed.map(([name]) => name), ...lists, "updated_at", "raw"]
-    .concat(["content_hash", "source", "synced_at"])
+  const record = [...typed.map(([name]) => name), ...lists, "updated_at", "raw"]
+  return ["id", "valid_from", "valid_to", "deleted", ...record, "content_hash", "source", "synced_at"]
     .map(quote)
     .join(", ")
 }

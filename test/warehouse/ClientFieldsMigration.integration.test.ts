@@ -7,17 +7,10 @@
 import { assert, layer } from "@effect/vitest"
 import { Effect, Layer } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
-import { copyFileSync, mkdtempSync, readdirSync, rmSync } from "node:fs"
-import { tmpdir } from "node:os"
-import { join } from "node:path"
-import { migrateFrom, migrationsDirectory } from "../../src/warehouse/Migrations.ts"
 import { HistorySettings } from "../../src/warehouse/History.ts"
 import { Warehouse } from "../../src/warehouse/Warehouse.ts"
+import { migrateUpTo } from "../support/MigrationSteps.ts"
 import { EmptyTestDatabase } from "../support/TestDatabase.ts"
-
-const files = readdirSync(migrationsDirectory).filter((name) => name.endsWith(".sql"))
-const fieldTimes = files.find((name) => name.endsWith("_client_field_times.sql"))!
-const before = files.filter((name) => name < fieldTimes)
 
 const client = (id: string) =>
   Effect.gen(function* () {
@@ -31,16 +24,12 @@ layer(EmptyTestDatabase, { timeout: 60_000 })("the client field times migration"
   it.effect("gives each field of a stored client its updated_at, and none to a client only created", () =>
     Effect.gen(function* () {
       const sql = yield* SqlClient
-      const directory = mkdtempSync(join(tmpdir(), "crm-sync-client-fields-"))
-      for (const name of before) copyFileSync(join(migrationsDirectory, name), join(directory, name))
-      yield* migrateFrom(directory)
+      const migration = yield* migrateUpTo("_client_field_times.sql")
       yield* sql`
         INSERT INTO crm.clients (id, updated_at, tier, source, raw) VALUES
           ('cli_updated', '2026-02-01T10:01:00Z', 'silver', 'webhook', '{"id": "cli_updated", "tier": "silver", "name": "A"}'),
           ('cli_created', NULL, 'gold', 'webhook', '{"id": "cli_created", "tier": "gold"}')`
-      copyFileSync(join(migrationsDirectory, fieldTimes), join(directory, fieldTimes))
-      yield* migrateFrom(directory)
-      rmSync(directory, { recursive: true, force: true })
+      yield* migration.applyIt
 
       const t = "2026-02-01T10:01:00.000Z"
       assert.deepStrictEqual((yield* client("cli_updated"))?.field_signed_at, { tier: t, name: t })

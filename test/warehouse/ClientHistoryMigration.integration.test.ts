@@ -6,24 +6,16 @@
 import { assert, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
-import { copyFileSync, mkdtempSync, readdirSync, rmSync } from "node:fs"
-import { tmpdir } from "node:os"
-import { join } from "node:path"
 import { migrateFrom, migrationsDirectory } from "../../src/warehouse/Migrations.ts"
 import { Warehouse } from "../../src/warehouse/Warehouse.ts"
+import { migrateUpTo } from "../support/MigrationSteps.ts"
 import { EmptyTestDatabase } from "../support/TestDatabase.ts"
-
-const files = readdirSync(migrationsDirectory).filter((name) => name.endsWith(".sql"))
-const fieldTimes = files.find((name) => name.endsWith("_client_history_field_times.sql"))!
-const before = files.filter((name) => name < fieldTimes)
 
 layer(EmptyTestDatabase, { timeout: 60_000 })("the client history field times migration", (it) => {
   it.effect("gives each current client version its row's field times, and the next late delivery uses them", () =>
     Effect.gen(function* () {
       const sql = yield* SqlClient
-      const directory = mkdtempSync(join(tmpdir(), "crm-sync-client-history-"))
-      for (const name of before) copyFileSync(join(migrationsDirectory, name), join(directory, name))
-      yield* migrateFrom(directory)
+      const migration = yield* migrateUpTo("_client_history_field_times.sql")
       yield* sql`
         INSERT INTO crm.clients (id, updated_at, tier, status, field_signed_at, source, raw) VALUES
           ('cli_m', '2026-01-03T00:00:00Z', 'gold', 'active',
@@ -38,9 +30,7 @@ layer(EmptyTestDatabase, { timeout: 60_000 })("the client history field times mi
           ('cli_m', '2026-01-03T00:00:00Z', NULL, true, 'gold', 'active', '2026-01-03T00:00:00Z',
            '{"id": "cli_m", "tier": "gold", "status": "active"}',
            md5('{"id": "cli_m", "tier": "gold", "status": "active"}'::jsonb::text), 'webhook')`
-      copyFileSync(join(migrationsDirectory, fieldTimes), join(directory, fieldTimes))
-      yield* migrateFrom(directory)
-      rmSync(directory, { recursive: true, force: true })
+      yield* migration.applyIt
 
       const times = yield* sql<{ is_current: boolean; field_signed_at: unknown }>`
         SELECT is_current, field_signed_at FROM crm_history.clients WHERE id = 'cli_m' ORDER BY valid_from`

@@ -7,25 +7,17 @@
 import { assert, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
-import { copyFileSync, mkdtempSync, readdirSync, rmSync } from "node:fs"
-import { tmpdir } from "node:os"
-import { join } from "node:path"
 import { migrateFrom, migrationsDirectory } from "../../src/warehouse/Migrations.ts"
 import { Warehouse } from "../../src/warehouse/Warehouse.ts"
 import { resourceFixture } from "../fixtures/Fixtures.ts"
+import { migrateUpTo } from "../support/MigrationSteps.ts"
 import { EmptyTestDatabase } from "../support/TestDatabase.ts"
-
-const files = readdirSync(migrationsDirectory).filter((name) => name.endsWith(".sql"))
-const history = files.find((name) => name.endsWith("_history.sql"))!
-const before = files.filter((name) => name < history)
 
 layer(EmptyTestDatabase, { timeout: 60_000 })("the history migration", (it) => {
   it.effect("opens one version per live row as of its updated_at", () =>
     Effect.gen(function* () {
       const sql = yield* SqlClient
-      const directory = mkdtempSync(join(tmpdir(), "crm-sync-history-"))
-      for (const name of before) copyFileSync(join(migrationsDirectory, name), join(directory, name))
-      yield* migrateFrom(directory)
+      const migration = yield* migrateUpTo("_history.sql")
       yield* sql`
         INSERT INTO crm.financial_accounts (id, updated_at, deleted_at, balance_in_cents, source, raw) VALUES
           ('fa_live', '2026-01-05T10:00:00Z', NULL, 500, 'crawl', '{"id": "fa_live", "balance_in_cents": 500}'),
@@ -33,9 +25,7 @@ layer(EmptyTestDatabase, { timeout: 60_000 })("the history migration", (it) => {
       yield* sql`
         INSERT INTO crm.households (id, name, source, synced_at, raw)
         VALUES ('hh_m', 'Smith', 'crawl', '2026-01-02T00:00:00Z', '{"id": "hh_m", "name": "Smith"}')`
-      copyFileSync(join(migrationsDirectory, history), join(directory, history))
-      yield* migrateFrom(directory)
-      rmSync(directory, { recursive: true, force: true })
+      yield* migration.applyIt
 
       const accounts = yield* sql<{ id: string; valid_from: Date; is_current: boolean; balance_in_cents: string }>`
         SELECT id, valid_from, is_current, balance_in_cents::text AS balance_in_cents FROM crm_history.financial_accounts`

@@ -6,23 +6,14 @@
 import { assert, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
-import { copyFileSync, mkdtempSync, readdirSync, rmSync } from "node:fs"
-import { tmpdir } from "node:os"
-import { join } from "node:path"
-import { migrateFrom, migrationsDirectory } from "../../src/warehouse/Migrations.ts"
+import { migrateUpTo } from "../support/MigrationSteps.ts"
 import { EmptyTestDatabase } from "../support/TestDatabase.ts"
-
-const files = readdirSync(migrationsDirectory).filter((name) => name.endsWith(".sql"))
-const retirement = files.find((name) => name.endsWith("_transcripts_retired.sql"))!
-const before = files.filter((name) => name < retirement)
 
 layer(EmptyTestDatabase, { timeout: 60_000 })("the transcripts migration", (it) => {
   it.effect("retires the transcripts of deleted meetings and of null reads, text included", () =>
     Effect.gen(function* () {
       const sql = yield* SqlClient
-      const directory = mkdtempSync(join(tmpdir(), "crm-sync-transcripts-"))
-      for (const name of before) copyFileSync(join(migrationsDirectory, name), join(directory, name))
-      yield* migrateFrom(directory)
+      const migration = yield* migrateUpTo("_transcripts_retired.sql")
 
       yield* sql`
         INSERT INTO crm.meetings (id, deleted_at, source, raw) VALUES
@@ -36,9 +27,7 @@ layer(EmptyTestDatabase, { timeout: 60_000 })("the transcripts migration", (it) 
         INSERT INTO crm.meeting_transcript_segments (meeting_id, ordinal, text) VALUES
           ('mtg_gone', 0, 'said'), ('mtg_live', 0, 'said')`
 
-      copyFileSync(join(migrationsDirectory, retirement), join(directory, retirement))
-      yield* migrateFrom(directory)
-      rmSync(directory, { recursive: true, force: true })
+      yield* migration.applyIt
 
       const live = yield* sql<{ id: string }>`SELECT id FROM crm.current_meeting_transcripts ORDER BY id`
       assert.deepStrictEqual(
