@@ -143,19 +143,28 @@ layer(TestLayer, { excludeTestServices: true })("WebhookIntake", (it) => {
 
   it.effect("a stale or future timestamp is 401, even with a valid signature", () =>
     Effect.gen(function* () {
-      const now = Math.floor(Date.now() / 1000)
+      // A minute past the five minutes either side, read at each send: the exact second of the
+      // boundary is WebhookSignature.test's (a fixed clock); here the wall clock moves between the
+      // reading and the check, and a slow machine must not carry a delivery back inside the window.
+      const secondsFromNow = (offset: number) => Math.floor(Date.now() / 1000) + offset
       const stale = yield* refused(
         401,
-        deliver("default", primary, taskEvent("task_6"), hookId(), { timestamp: now - 301 })
+        Effect.suspend(() =>
+          deliver("default", primary, taskEvent("task_6"), hookId(), { timestamp: secondsFromNow(-360) })
+        )
       )
       assert.strictEqual(stale.error, "stale_timestamp")
       const future = yield* refused(
         401,
-        deliver("default", primary, taskEvent("task_6"), hookId(), { timestamp: now + 301 })
+        Effect.suspend(() =>
+          deliver("default", primary, taskEvent("task_6"), hookId(), { timestamp: secondsFromNow(360) })
+        )
       )
       assert.strictEqual(future.error, "stale_timestamp")
       // Within the five minutes either side is fine.
-      const skewed = yield* deliver("default", primary, taskEvent("task_6"), hookId(), { timestamp: now - 240 })
+      const skewed = yield* Effect.suspend(() =>
+        deliver("default", primary, taskEvent("task_6"), hookId(), { timestamp: secondsFromNow(-240) })
+      )
       assert.strictEqual(skewed.status, 200)
     })
   )
