@@ -58,6 +58,12 @@ const inboxCount = Effect.gen(function* () {
   return rows[0]!.n
 })
 
+/**
+ * A hook-timestamp `offset` seconds from now, read at the send: the wall clock moves between the
+ * reading and the intake's check, so a slow machine must not carry a delivery back inside the window.
+ */
+const secondsFromNow = (offset: number) => Math.floor(Date.now() / 1000) + offset
+
 /** Sends a delivery that must be refused and checks that the inbox did not grow. */
 const refused = (expected: number, send: Effect.Effect<{ status: number; body: string }, unknown, any>) =>
   Effect.gen(function* () {
@@ -143,10 +149,8 @@ layer(TestLayer, { excludeTestServices: true })("WebhookIntake", (it) => {
 
   it.effect("a stale or future timestamp is 401, even with a valid signature", () =>
     Effect.gen(function* () {
-      // A minute past the five minutes either side, read at each send: the exact second of the
-      // boundary is WebhookSignature.test's (a fixed clock); here the wall clock moves between the
-      // reading and the check, and a slow machine must not carry a delivery back inside the window.
-      const secondsFromNow = (offset: number) => Math.floor(Date.now() / 1000) + offset
+      // A minute past the five minutes either side: the exact second of the boundary is
+      // WebhookSignature.test's, on a fixed clock.
       const stale = yield* refused(
         401,
         Effect.suspend(() =>
