@@ -6,10 +6,11 @@
  */
 import { PgClient } from "@effect/sql-pg"
 import { assert, layer } from "@effect/vitest"
-import { Context, Effect, Layer, Redacted } from "effect"
+import { Context, Deferred, Effect, Layer, Redacted } from "effect"
 import { SqlClient } from "effect/sql/SqlClient"
 import { spawn } from "node:child_process"
 import { Sandbox } from "@crm-sync/sandbox"
+import { JobLease } from "../../src/sync/JobLease.ts"
 import { migrate } from "../../src/warehouse/Migrations.ts"
 import { freshDatabase } from "../support/TestDatabase.ts"
 import { unthrottled } from "./harness.ts"
@@ -22,6 +23,7 @@ class DatabaseUrl extends Context.Service<DatabaseUrl, string>()("test/sync/Inte
 const database = Layer.unwrap(
   Effect.map(freshDatabase, (url) =>
     Layer.effectDiscard(Effect.asVoid(migrate)).pipe(
+      Layer.provideMerge(JobLease.layer),
       Layer.provideMerge(PgClient.layer({ url: Redacted.make(url), maxConnections: 4 })),
       Layer.provideMerge(Layer.succeed(DatabaseUrl, url))
     )
@@ -69,7 +71,7 @@ layer(TestLayer, { timeout: 180_000, excludeTestServices: true })("backfill stop
       const sql = yield* SqlClient
       const running = yield* Sandbox
       // Slow financial-account pages, so that the signal surely arrives in the middle of them.
-      yield* running.admin.addFault({ kind: "latency", ms: 60, path: "/v1/financial_accounts" })
+      yield* running.admin.addFault({ kind: "latency", ms: 250, path: "/v1/financial_accounts" })
       const { child, stdout, stderr, exited } = yield* startBackfill
 
       // Stop it once it has stored a few pages of financial accounts.
@@ -117,20 +119,18 @@ layer(TestLayer, { timeout: 180_000, excludeTestServices: true })("backfill stop
 
   it.effect("stopped while it waits for another backfill, it exits 1 saying it read nothing", () =>
     Effect.gen(function* () {
-      const sql = yield* SqlClient
       const running = yield* Sandbox
-      // The first backfill resumes the crawl the test above interrupted, slowly enough to be
-      // still running while the second waits for it.
       yield* running.admin.clearFaults
-      yield* running.admin.addFault({ kind: "latency", ms: 2_000, path: "/v1/financial_accounts" })
-      const first = yield* startBackfill
-      while (true) {
-        const [open] = yield* sql<{ n: number }>`
-          SELECT count(*)::int AS n FROM crm_sync.job_runs WHERE job = 'backfill' AND status = 'running'`
-        if (open!.n > 0) break
-        if (first.child.exitCode !== null) return assert.fail(`the first backfill ended:\n${first.stderr.join("")}`)
-        yield* Effect.sleep("20 millis")
-      }
+      // Another backfill holds the lease for as long as the test needs (the lease a backfill
+      // process takes, through the same service), so the second cannot finish first by any timing.
+      const leases = yield* JobLease
+      const held = yield* Deferred.make<void>()
+      const release = yield* Deferred.make<void>()
+      yield* Effect.forkScoped(
+        leases.tryRun("backfill", Effect.andThen(Deferred.succeed(held, undefined), Deferred.await(release)))
+      )
+      yield* Deferred.await(held)
+
       const second = yield* startBackfill
       while (!second.stderr.join("").includes("another backfill is running")) {
         if (second.child.exitCode !== null) return assert.fail(`the second backfill ended:\n${second.stderr.join("")}`)
@@ -145,8 +145,7 @@ layer(TestLayer, { timeout: 180_000, excludeTestServices: true })("backfill stop
         "crm-sync: backfill interrupted before it read anything; run `crm-sync backfill` again"
       )
       assert.strictEqual(second.stdout.join(""), "", "no table: it did nothing")
-      first.child.kill("SIGTERM")
-      assert.strictEqual(yield* first.exited, 1)
+      yield* Deferred.succeed(release, undefined)
     })
   )
 })
