@@ -110,7 +110,7 @@ layer(TestLayer, { timeout: 180_000, excludeTestServices: true })("backfill afte
       const sql = yield* SqlClient
       const running = yield* Sandbox
       // Slow financial-account pages, so that the process is surely killed in the middle of them.
-      yield* running.admin.addFault({ kind: "latency", ms: 60, path: "/v1/financial_accounts" })
+      yield* running.admin.addFault({ kind: "latency", ms: 250, path: "/v1/financial_accounts" })
       const { child, output } = yield* startBackfillProcess
 
       const killedAt = yield* Effect.gen(function* () {
