@@ -109,6 +109,17 @@ layer(TestWarehouse)("History", (it) => {
         }
       ])
       assert.deepStrictEqual(yield* chainProblems("financial_accounts"), [])
+      // Each version's content_hash is the md5 of its raw, the ended one's computed as it is read.
+      const sql = yield* SqlClient
+      const hashes = yield* sql<{ hashed: boolean; stored: string | null }>`
+        SELECT v.content_hash = md5(v.raw::text) AS hashed, e.content_hash AS stored
+        FROM crm_history.financial_accounts AS v
+        LEFT JOIN crm_history.financial_accounts_ended AS e ON e.id = v.id AND e.valid_from = v.valid_from
+        WHERE v.id = 'fa_a' ORDER BY v.valid_from`
+      assert.deepStrictEqual(hashes, [
+        { hashed: true, stored: null },
+        { hashed: true, stored: null }
+      ])
     })
   )
 
