@@ -398,6 +398,14 @@ const all = {
 }
 console.log("")
 for (const [name, value] of Object.entries(all)) console.log(`  ${name.padEnd(32)} ${value}`)
+// Counted, not failed: the order of client changes no receiver can recover (verdict.ts).
+const inverted = [...new Set([...beforeReconcile.unrecoverable, ...verdict.inverted])]
+if (inverted.length > 0) {
+  console.log(
+    "\nclient changes stored in the opposite order, their older one's attempts refused (docs/reliability.md):"
+  )
+  for (const line of inverted) console.log(`  - ${line}`)
+}
 if (verdict.mismatches.length > 0 || reconcileCode !== 0 || !settled) {
   console.log(`\nchaos: FAILED, ${verdict.mismatches.length} mismatch(es):`)
   for (const line of verdict.mismatches.slice(0, 50)) console.log(`  - ${line}`)

@@ -147,7 +147,11 @@ export const judgeEvents = async (
   const mismatches: Array<string> = []
   let compared = 0
   const messages = await run(admin.messages())
-  const retried = retriedDeliveries(messages, await run(admin.deliveries()))
+  const deliveries = await run(admin.deliveries())
+  const retried = retriedDeliveries(messages, deliveries)
+  const inverted = invertedClientChanges(deliveries)
+  /** Client fields left at an older change that reached crm-sync after a newer one (see below). */
+  const unrecoverable: Array<string> = []
   const hint = (id: string) => {
     const types = retried.get(id)
     return types === undefined ? "" : ` (retried deliveries: ${[...types].join(", ")})`
@@ -221,9 +225,10 @@ export const judgeEvents = async (
       }
       for (const field of fields) {
         if ((row[field] ?? null) !== (expected[field] ?? null)) {
-          mismatches.push(
-            `${table} ${id}.${field}: stored ${JSON.stringify(row[field])}, expected ${JSON.stringify(expected[field])}${hint(id)}`
-          )
+          const line = `${table} ${id}.${field}: stored ${JSON.stringify(row[field])}, expected ${JSON.stringify(expected[field])}`
+          const inversion = table === "clients" ? inverted(id, field, row[field] ?? null) : undefined
+          if (inversion !== undefined) unrecoverable.push(`${line} (${inversion})`)
+          else mismatches.push(`${line}${hint(id)}`)
         }
       }
     }
@@ -231,7 +236,72 @@ export const judgeEvents = async (
   const transcripts = await judgeTranscripts(sandbox, query, messages, silent)
   mismatches.push(...transcripts.mismatches)
   compared += transcripts.compared
-  return { mismatches, compared }
+  return { mismatches, compared, unrecoverable }
+}
+
+/**
+ * The one order of client changes no receiver can put right (docs/reliability.md): two
+ * `client.updated` naming one field, the older one's attempts all refused or lost until after the
+ * newer one was stored. A client has no `updated_at` and a sender signs each attempt anew, so
+ * crm-sync orders them by the first signed time it stored, and the older change's is the later.
+ * The world does not make this on purpose (world.ts reserves the clients of its own failing
+ * deliveries), but a database restart or a killed replica refuses every delivery of a few seconds.
+ * Returns, for a field stored at `value`, the change that left it there when that is the case.
+ */
+export const invertedClientChanges = (
+  deliveries: ReadonlyArray<{
+    readonly message_id: string
+    readonly event_type: string
+    readonly duplicate: boolean
+    readonly status: number | null
+    readonly at: string
+    readonly headers: Readonly<Record<string, string>>
+    readonly payload: string
+  }>
+) => {
+  interface Change {
+    readonly message: string
+    readonly client: string
+    readonly fields: ReadonlyArray<string>
+    readonly values: Json
+    /** When it was first sent, and the earliest signed time of an attempt answered 2xx. */
+    firstSent: number
+    stored: number
+  }
+  const changes = new Map<string, Change>()
+  for (const delivery of deliveries) {
+    if (delivery.event_type !== "client.updated" || delivery.duplicate) continue
+    let change = changes.get(delivery.message_id)
+    if (change === undefined) {
+      const payload = JSON.parse(delivery.payload) as { client?: Json; changed_fields?: ReadonlyArray<string> }
+      if (payload.client === undefined) continue
+      change = {
+        message: delivery.message_id,
+        client: String(payload.client.id),
+        fields: payload.changed_fields ?? [],
+        values: payload.client,
+        firstSent: Infinity,
+        stored: Infinity
+      }
+      changes.set(delivery.message_id, change)
+    }
+    change.firstSent = Math.min(change.firstSent, Date.parse(delivery.at))
+    const signed = Object.entries(delivery.headers).find(([name]) => name.endsWith("-timestamp"))?.[1]
+    if (delivery.status !== null && delivery.status >= 200 && delivery.status < 300 && signed !== undefined)
+      change.stored = Math.min(change.stored, Number(signed) * 1000)
+  }
+  return (client: string, field: string, value: unknown): string | undefined => {
+    const named = [...changes.values()].filter(
+      (change) => change.client === client && change.fields.includes(field) && change.stored < Infinity
+    )
+    for (const older of named) {
+      if ((older.values[field] ?? null) !== value) continue
+      const newer = named.find((other) => other.firstSent > older.firstSent && other.stored <= older.stored)
+      if (newer !== undefined)
+        return `${older.message}, sent first, stored at ${new Date(older.stored).toISOString()}; ${newer.message}, sent later, stored at ${new Date(newer.stored).toISOString()}`
+    }
+    return undefined
+  }
 }
 
 /**
@@ -400,6 +470,7 @@ export const judge = async (input: VerdictInput) => {
   mismatches.push(...events.mismatches)
   compared += events.compared
   figures.records_compared = compared
+  figures.client_changes_inverted = events.unrecoverable.length
 
   // 3. Deliveries: each message answered 2xx is in the inbox once, and applied.
   const deliveries = await run(admin.deliveries())
@@ -573,5 +644,5 @@ export const judge = async (input: VerdictInput) => {
   }
   figures.log_bytes_scanned = input.logs.reduce((sum, text) => sum + text.length, 0)
   figures.mismatches = mismatches.length
-  return { mismatches, figures }
+  return { mismatches, figures, inverted: events.unrecoverable }
 }
